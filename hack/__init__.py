@@ -1,0 +1,1 @@
+"""Tools for building, starting and exercising the local control plane."""

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Builds the local control plane's binaries from the Go module proxy, at the versions pinned in
+# hack/versions.env, into a cache outside the repository:
+#
+#   $GPU_SCHEDULER_CACHE/bin/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+#   $GPU_SCHEDULER_CACHE/bin/etcd-<v>/etcd
+#   $GPU_SCHEDULER_CACHE/bin/kwok-<v>/kwok
+#
+# GPU_SCHEDULER_CACHE defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler. A component is
+# rebuilt only when one of its binaries is missing; a build lands in a temporary folder first and is
+# moved into place whole, so an interrupted build never leaves a half-filled version folder.
+#
+# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every k8s.io staging module with a
+# folder inside its own tree. A wrapper module requires k8s.io/kubernetes and replaces each of those
+# staging modules with its published v0.<minor>.<patch> release instead; the list is read from
+# k8s.io/kubernetes's own go.mod, so it stays right when the pinned version changes.
+#
+# Prints the cache folder of each component on the last lines: KUBERNETES_BIN=..., ETCD_BIN=..., KWOK_BIN=...
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache="${GPU_SCHEDULER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler}"
+mkdir -p "$cache/bin" "$cache/build"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+export CGO_ENABLED=0
+
+log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+have_all() { # folder, binaries...
+  local dir="$1"; shift
+  local b
+  for b in "$@"; do [[ -x "$dir/$b" ]] || return 1; done
+}
+
+# Runs a go command and prints a line every 30 s while it works, so a long cold build shows life.
+go_with_progress() {
+  local what="$1"; shift
+  local started=$SECONDS
+  "$@" &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 5
+    if (( (SECONDS - started) % 30 < 5 )) && kill -0 "$pid" 2>/dev/null; then
+      log "$what: still building ($((SECONDS - started)) s)"
+    fi
+  done
+  wait "$pid"
+}
+
+build_kubernetes() {
+  local version="$KUBERNETES_VERSION"
+  local out="$cache/bin/kubernetes-$version"
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  if have_all "$out" "${bins[@]}"; then log "kubernetes $version: cached in $out"; return; fi
+  local started=$SECONDS
+  local staging_version="v0.${version#v1.}"
+  local work="$cache/build/kubernetes-$version"
+  rm -rf "$work" && mkdir -p "$work"
+  log "kubernetes $version: reading its go.mod for the staging modules"
+  local gomod
+  gomod="$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+  local staging
+  staging="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\1#p' "$gomod")"
+  [[ -n "$staging" ]] || { log "no staging replaces found in $gomod"; exit 1; }
+  {
+    echo "module gpu-scheduler.local/kubernetes-build"
+    echo
+    echo "go 1.24.0"
+    echo
+    echo "require k8s.io/kubernetes $version"
+    echo
+    local m
+    for m in $staging; do echo "replace $m => $m $staging_version"; done
+  } >"$work/go.mod"
+  {
+    echo "//go:build tools"
+    echo
+    echo "package tools"
+    echo
+    echo "import ("
+    local b
+    for b in "${bins[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$b\""; done
+    echo ")"
+  } >"$work/tools.go"
+  log "kubernetes $version: resolving modules (staging at $staging_version)"
+  (cd "$work" && go mod tidy -e >/dev/null)
+  local commit
+  commit="$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"Hash": "\(.*\)".*/\1/p' | head -n1)"
+  local minor="${version#v1.}"; minor="${minor%%.*}"
+  local pkg=k8s.io/component-base/version
+  local ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  [[ -n "$commit" ]] && ldflags+=" -X $pkg.gitCommit=$commit"
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  local targets=()
+  for b in "${bins[@]}"; do targets+=("k8s.io/kubernetes/cmd/$b"); done
+  log "kubernetes $version: compiling ${bins[*]} (a cold build takes tens of minutes on 2 cores)"
+  (cd "$work" && go_with_progress "kubernetes $version" go build -tags tools -trimpath -ldflags "$ldflags" -o "$tmp/" "${targets[@]}")
+  rm -rf "$out" && mv "$tmp" "$out"
+  log "kubernetes $version: built in $((SECONDS - started)) s into $out"
+}
+
+build_etcd() {
+  local version="$ETCD_VERSION"
+  local out="$cache/bin/etcd-$version"
+  if have_all "$out" etcd; then log "etcd $version: cached in $out"; return; fi
+  local started=$SECONDS
+  local work="$cache/build/etcd-$version"
+  rm -rf "$work" && mkdir -p "$work"
+  cat >"$work/go.mod" <<EOF
+module gpu-scheduler.local/etcd-build
+
+go 1.24.0
+EOF
+  cat >"$work/main.go" <<'EOF'
+// Command etcd is etcd's server, built from its published module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+EOF
+  log "etcd $version: resolving modules"
+  (cd "$work" && go get "go.etcd.io/etcd/server/v3@$version" "go.etcd.io/etcd/api/v3@$version" >/dev/null 2>&1 && go mod tidy >/dev/null 2>&1)
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  log "etcd $version: compiling"
+  (cd "$work" && go_with_progress "etcd $version" go build -trimpath \
+    -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$version" -o "$tmp/etcd" .)
+  rm -rf "$out" && mv "$tmp" "$out"
+  log "etcd $version: built in $((SECONDS - started)) s into $out"
+}
+
+build_kwok() {
+  local version="$KWOK_VERSION"
+  local out="$cache/bin/kwok-$version"
+  if have_all "$out" kwok; then log "kwok $version: cached in $out"; return; fi
+  local started=$SECONDS
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  log "kwok $version: compiling"
+  GOBIN="$tmp" go_with_progress "kwok $version" go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${version#v}" "sigs.k8s.io/kwok/cmd/kwok@$version"
+  rm -rf "$out" && mv "$tmp" "$out"
+  log "kwok $version: built in $((SECONDS - started)) s into $out"
+}
+
+command -v go >/dev/null || { log "go is not installed; install Go >= 1.24 first"; exit 1; }
+total=$SECONDS
+build_etcd
+build_kwok
+build_kubernetes
+log "all binaries ready in $((SECONDS - total)) s"
+echo "KUBERNETES_BIN=$cache/bin/kubernetes-$KUBERNETES_VERSION"
+echo "ETCD_BIN=$cache/bin/etcd-$ETCD_VERSION"
+echo "KWOK_BIN=$cache/bin/kwok-$KWOK_VERSION"

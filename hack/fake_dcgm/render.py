@@ -1,0 +1,164 @@
+"""Prometheus text exposition (format 0.0.4) of the fleet, labelled like dcgm-exporter.
+
+Contract: :func:`render` is a pure function of the GPUs, their energy counters and ``now``.
+Every physical GPU yields one series per holder in each family (time-sliced sharing gives one
+series per pod, all with the GPU's value), or one series without pod labels when nobody holds it
+and for a MIG host GPU. Label names and order follow dcgm-exporter:
+
+``gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID,] Hostname,
+DCGM_FI_DRIVER_VERSION, [container, namespace, pod]``
+
+Families: DCGM_FI_DEV_GPU_UTIL (gauge, %), DCGM_FI_DEV_POWER_USAGE (gauge, W),
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (counter, mJ, integer), DCGM_FI_DEV_FB_USED (gauge, MiB) and,
+for GPUs with profiling on, DCGM_FI_PROF_GR_ENGINE_ACTIVE (gauge, 0..1). GR engine activity is the
+mean utilization over the trailing ``engine_window_s`` seconds (DCGM averages profiling counters
+over its sampling period instead of point-sampling them); MIG instances get their own
+GR_ENGINE_ACTIVE series with GPU_I_PROFILE and GPU_I_ID, the other families stay per GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from hack.fake_dcgm.holders import Holder, MigInstance
+from hack.fake_dcgm.model import GpuKey, PhysicalGpu, Reading, mean_util
+
+UUID_NAMESPACE = uuid.UUID("6f1c2a52-3c1e-4d4b-9a43-5b0d6c1f7e21")
+DEFAULT_DRIVER_VERSION = "580.159.04"  # the H200 of /work/shared/data/h200-gpu-trace
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family: name, type, help text."""
+
+    name: str
+    kind: str
+    help: str
+
+
+GPU_UTIL = Family("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).")
+POWER_USAGE = Family("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).")
+TOTAL_ENERGY = Family(
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "counter",
+    "Total energy consumption since boot (in mJ).",
+)
+FB_USED = Family("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).")
+GR_ENGINE_ACTIVE = Family(
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."
+)
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Values the real exporter reads from the driver or its own configuration."""
+
+    driver_version: str = DEFAULT_DRIVER_VERSION
+    engine_window_s: float = 1.0  # trailing window averaged by GR_ENGINE_ACTIVE
+
+
+def escape(value: str) -> str:
+    """Escape a label value: backslash, double quote and newline."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    """Integral values without a fraction, others as the shortest round-tripping float."""
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable fake UUID for GPU ``index`` of ``node``."""
+    return f"GPU-{uuid.uuid5(UUID_NAMESPACE, f'{node}/{index}')}"
+
+
+def model_name(product: str | None) -> str:
+    """``nvidia.com/gpu.product`` as a model name: ``NVIDIA-H200`` -> ``NVIDIA H200``."""
+    return product.replace("-", " ") if product else ""
+
+
+def _gpu_labels(gpu: PhysicalGpu, mig: MigInstance | None, options: RenderOptions) -> Labels:
+    labels = [
+        ("gpu", str(gpu.index)),
+        ("UUID", gpu_uuid(gpu.node, gpu.index)),
+        ("pci_bus_id", f"00000000:{(0x18 + gpu.index) % 256:02X}:00.0"),
+        ("device", f"nvidia{gpu.index}"),
+        ("modelName", model_name(gpu.product)),
+    ]
+    if mig is not None:
+        labels += [("GPU_I_PROFILE", mig.profile), ("GPU_I_ID", str(mig.instance_id))]
+    labels += [("Hostname", gpu.node), ("DCGM_FI_DRIVER_VERSION", options.driver_version)]
+    return tuple(labels)
+
+
+def _holder_labels(holder: Holder) -> Labels:
+    return (("container", holder.container), ("namespace", holder.namespace), ("pod", holder.pod))
+
+
+def _series(gpu: PhysicalGpu, options: RenderOptions) -> list[Labels]:
+    base = _gpu_labels(gpu, None, options)
+    if not gpu.holders:
+        return [base]
+    return [base + _holder_labels(h) for h in gpu.holders]
+
+
+def _line(name: str, labels: Labels, value: float) -> str:
+    inner = ",".join(f'{k}="{escape(v)}"' for k, v in labels)
+    return f"{name}{{{inner}}} {format_value(value)}"
+
+
+def _family(family: Family, samples: Iterable[tuple[Labels, float]]) -> list[str]:
+    lines = [f"# HELP {family.name} {family.help}", f"# TYPE {family.name} {family.kind}"]
+    lines += [_line(family.name, labels, value) for labels, value in samples]
+    return lines
+
+
+def render(
+    gpus: Sequence[PhysicalGpu],
+    energy_mj: Callable[[GpuKey], float],
+    now: float,
+    options: RenderOptions,
+) -> str:
+    """The /metrics body for ``gpus`` at wall time ``now``; ends with a newline."""
+    readings: list[tuple[PhysicalGpu, Reading, list[Labels]]] = [
+        (gpu, gpu.reading(now), _series(gpu, options)) for gpu in gpus
+    ]
+    point: list[tuple[Family, Callable[[PhysicalGpu, Reading], float]]] = [
+        (GPU_UTIL, lambda g, r: r.util_pct),
+        (POWER_USAGE, lambda g, r: r.power_w),
+        (TOTAL_ENERGY, lambda g, r: math.floor(energy_mj(g.key))),
+        (FB_USED, lambda g, r: r.fb_used_mib),
+    ]
+    lines: list[str] = []
+    for family, value in point:
+        samples = [(labels, value(g, r)) for g, r, series in readings for labels in series]
+        lines += _family(family, samples)
+    profiled = [g for g in gpus if g.profiling]
+    if profiled:
+        lines += _family(GR_ENGINE_ACTIVE, _engine_samples(profiled, now, options))
+    return "\n".join(lines) + "\n"
+
+
+def _engine_samples(
+    gpus: Sequence[PhysicalGpu], now: float, options: RenderOptions
+) -> list[tuple[Labels, float]]:
+    start = now - options.engine_window_s
+    samples: list[tuple[Labels, float]] = []
+    for gpu in gpus:
+        ratio = gpu.mean_util(start, now) / 100.0
+        samples += [(labels, ratio) for labels in _series(gpu, options)]
+        for slot in gpu.mig:
+            labels = _gpu_labels(gpu, slot.instance, options)
+            if slot.load is None or slot.instance.holder is None:
+                samples.append((labels, 0.0))
+                continue
+            instance_ratio = mean_util(slot.load, start, now) / 100.0
+            samples.append((labels + _holder_labels(slot.instance.holder), instance_ratio))
+    return samples

@@ -1,0 +1,426 @@
+"""A real, local Kubernetes control plane with fake GPU nodes, Prometheus and a fake dcgm-exporter.
+
+Lifecycle:
+
+    cluster = LocalCluster(ClusterConfig())
+    cluster.start()          # blocks until every component is ready
+    ... cluster.kubeconfig, cluster.prometheus_url ...
+    cluster.stop()           # every process gone; logs stay in cluster.log_dir
+
+or `with LocalCluster(config) as cluster: ...`. Components, in start order:
+
+| component               | listens on          | ready when                         |
+|-------------------------|---------------------|------------------------------------|
+| etcd                    | 127.0.0.1, http     | GET /health                        |
+| kube-apiserver          | 127.0.0.1, https    | GET /readyz (RBAC bootstrap done)  |
+| kube-controller-manager | 127.0.0.1, https    | GET /healthz                       |
+| kwok                    | 127.0.0.1, http     | GET /healthz                       |
+| kube-scheduler          | 127.0.0.1, https    | GET /healthz (optional: baseline)  |
+| fake dcgm-exporter      | 127.0.0.1, http     | GET /healthz (optional)            |
+| prometheus              | 127.0.0.1, http     | GET /-/ready (optional)            |
+
+Ports are free ports picked at start, so several clusters can run side by side. The API server runs
+with RBAC (and the Node authorizer) and the default admission plugins; the controller manager runs
+the controllers that the project's behaviour depends on (see `CONTROLLERS`).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import yaml
+
+from hack.localcluster import prometheus
+from hack.localcluster.binaries import Binaries, ensure_binaries
+from hack.localcluster.pki import Pki, write_pki
+from hack.localcluster.processes import ProcessGroup
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+DEFAULT_TRACE = DEFAULT_DATA_DIR / "h200-gpu-trace" / "gpu-util-trace.csv"
+
+# kube-controller-manager controllers: namespaces and service accounts (pods need their
+# `default` ServiceAccount), garbage collection, PDB status (disruption), node lifecycle (it removes
+# the not-ready taint that TaintNodesByCondition puts on every new node once kwok reports it
+# Ready), and the workload controllers users' manifests rely on. Taint-based eviction stays off:
+# a heartbeat that lags under benchmark load must not evict pods behind the test's back.
+CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "serviceaccount-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "disruption-controller",
+    "node-lifecycle-controller",
+    "root-ca-certificate-publisher-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "job-controller",
+)
+READY_TIMEOUT_S = 90.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What to start. Every optional component defaults to on."""
+
+    work_dir: Path | None = None
+    """Folder for certificates, etcd data and logs; a fresh temporary folder when None."""
+    kube_scheduler: bool = True
+    """Run kube-scheduler (the baseline the benchmarks compare against)."""
+    prometheus: bool = True
+    fake_dcgm: bool = True
+    scrape_interval_s: float = 1.0
+    """Prometheus scrape interval for the fake exporter (the real exporter's default is 30 s)."""
+    dcgm_trace: Path | None = DEFAULT_TRACE
+    """CSV that `trace:` usage shapes replay; None when the file is not there."""
+    dcgm_profiling: bool = False
+    """Serve DCGM_FI_PROF_GR_ENGINE_ACTIVE for every GPU, not only on annotated nodes."""
+    client_qps: int = 200
+    """Client rate limit of kube-controller-manager and kube-scheduler (burst is twice this)."""
+    extra_apiserver_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+class LocalCluster:
+    """The processes of one local control plane; see the module docstring."""
+
+    def __init__(self, config: ClusterConfig | None = None) -> None:
+        self.config = config or ClusterConfig()
+        if self.config.work_dir is None:
+            self.work_dir = Path(tempfile.mkdtemp(prefix="gpu-scheduler-cluster-"))
+        else:
+            self.work_dir = self.config.work_dir
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = self.work_dir / "logs"
+        self.kubeconfig = self.work_dir / "admin.kubeconfig"
+        self.processes = ProcessGroup(self.log_dir)
+        self.binaries: Binaries | None = None
+        self.pki: Pki | None = None
+        self.server = ""
+        self.etcd_url = ""
+        self.prometheus_url: str | None = None
+        self.dcgm_url: str | None = None
+        self.started_in_s = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start every configured component and wait until each is ready.
+
+        Raises ComponentError (naming the component and quoting its log) when one fails; whatever
+        was started is stopped again before the error propagates.
+        """
+        started = time.monotonic()
+        try:
+            self.binaries = ensure_binaries()
+            self.pki = write_pki(self.work_dir / "pki")
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfig()
+            self._start_controller_manager()
+            self._start_kwok()
+            if self.config.kube_scheduler:
+                self._start_kube_scheduler()
+            if self.config.fake_dcgm:
+                self._start_fake_dcgm()
+            if self.config.prometheus:
+                self._start_prometheus()
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in_s = time.monotonic() - started
+
+    def stop(self) -> None:
+        """Stop every process (newest first). Logs stay in `log_dir`."""
+        self.processes.stop()
+
+    def alive(self) -> dict[str, bool]:
+        """Whether each started component is still running, by name."""
+        return {c.name: c.alive() for c in self.processes.components}
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the pinned kubectl against this cluster and capture its output."""
+        assert self.binaries is not None, "start() first"
+        return subprocess.run(
+            [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            check=check,
+            capture_output=True,
+            text=True,
+        )
+
+    def tls_context(self) -> ssl.SSLContext:
+        """An SSL context trusting the cluster CA and presenting the admin client certificate."""
+        assert self.pki is not None, "start() first"
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    # -- components ----------------------------------------------------------------------------
+
+    def _start_etcd(self) -> None:
+        assert self.binaries is not None
+        client_port, peer_port = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client_port}"
+        component = self.processes.start(
+            "etcd",
+            [
+                str(self.binaries.etcd),
+                "--name=local",
+                f"--data-dir={self.work_dir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=local=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
+        self.processes.wait_ready(
+            component, lambda: _http_ok(f"{self.etcd_url}/health"), READY_TIMEOUT_S
+        )
+
+    def _start_apiserver(self) -> None:
+        assert self.binaries is not None and self.pki is not None
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        pki = self.pki
+        component = self.processes.start(
+            "kube-apiserver",
+            [
+                str(self.binaries.kube_apiserver),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-key-file={pki.service_account_pub}",
+                f"--service-account-signing-key-file={pki.service_account_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--max-requests-inflight=1000",
+                "--max-mutating-requests-inflight=500",
+                f"--cert-dir={self.work_dir / 'apiserver-certs'}",
+                "--v=1",
+                *self.config.extra_apiserver_args,
+            ],
+        )
+        context = self.tls_context()
+        self.processes.wait_ready(
+            component, lambda: _http_ok(f"{self.server}/readyz", context), READY_TIMEOUT_S
+        )
+
+    def _write_kubeconfig(self) -> None:
+        assert self.pki is not None
+
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": b64(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate-data": b64(self.pki.admin_cert),
+                        "client-key-data": b64(self.pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+            "current-context": "local",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(kubeconfig))
+        self.kubeconfig.chmod(0o600)
+
+    def _start_controller_manager(self) -> None:
+        assert self.binaries is not None and self.pki is not None
+        qps = self.config.client_qps
+        self._start_secure_component(
+            "kube-controller-manager",
+            self.binaries.kube_controller_manager,
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={self.pki.service_account_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                "--use-service-account-credentials=false",
+                "--leader-elect=false",
+                f"--kube-api-qps={qps}",
+                f"--kube-api-burst={2 * qps}",
+            ],
+        )
+
+    def _start_secure_component(self, name: str, binary: Path, args: list[str]) -> None:
+        """Start a component that serves /healthz over HTTPS and authenticates with the admin
+        kubeconfig (kube-controller-manager, kube-scheduler), and wait until it is healthy."""
+        port = free_port()
+        kubeconfig = str(self.kubeconfig)
+        component = self.processes.start(
+            name,
+            [
+                str(binary),
+                *args,
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.work_dir / (name + '-certs')}",
+                "--v=1",
+            ],
+        )
+        insecure = ssl._create_unverified_context()  # a self-signed serving cert, loopback only
+        self.processes.wait_ready(
+            component,
+            lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", insecure),
+            READY_TIMEOUT_S,
+        )
+
+    def _start_kwok(self) -> None:
+        assert self.binaries is not None
+        port = free_port()
+        config = self.work_dir / "kwok.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                    "kind": "KwokConfiguration",
+                    "options": {"nodeLeaseParallelism": 16, "podPlayStageParallelism": 16},
+                }
+            )
+        )
+        component = self.processes.start(
+            "kwok",
+            [
+                str(self.binaries.kwok),
+                f"--config={config}",
+                f"--kubeconfig={self.kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.0.0.1/12",
+                "--node-ip=10.0.0.1",
+                f"--server-address=127.0.0.1:{port}",
+            ],
+        )
+        self.processes.wait_ready(
+            component, lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), READY_TIMEOUT_S
+        )
+
+    def _start_kube_scheduler(self) -> None:
+        assert self.binaries is not None
+        kubeconfig = str(self.kubeconfig)
+        config = self.work_dir / "kube-scheduler.yaml"
+        qps = self.config.client_qps
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {
+                        "kubeconfig": kubeconfig,
+                        "qps": qps,
+                        "burst": 2 * qps,
+                    },
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        self._start_secure_component(
+            "kube-scheduler", self.binaries.kube_scheduler, [f"--config={config}"]
+        )
+
+    def _start_fake_dcgm(self) -> None:
+        port = free_port()
+        self.dcgm_url = f"http://127.0.0.1:{port}"
+        argv = [
+            sys.executable,
+            "-m",
+            "hack.fake_dcgm",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--listen=127.0.0.1:{port}",
+        ]
+        trace = self.config.dcgm_trace
+        if trace is not None and trace.is_file():
+            argv.append(f"--trace={trace}")
+        if self.config.dcgm_profiling:
+            argv.append("--profiling")
+        env = {**os.environ, **self.config.env}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        component = self.processes.start("fake-dcgm-exporter", argv, env=env, cwd=REPO_ROOT)
+        self.processes.wait_ready(
+            component, lambda: _http_ok(f"{self.dcgm_url}/healthz"), READY_TIMEOUT_S
+        )
+
+    def _start_prometheus(self) -> None:
+        assert self.binaries is not None
+        port = free_port()
+        self.prometheus_url = f"http://127.0.0.1:{port}"
+        target = self.dcgm_url.removeprefix("http://") if self.dcgm_url else None
+        config = prometheus.write_config(
+            self.work_dir / "prometheus.yml", target, self.config.scrape_interval_s
+        )
+        component = self.processes.start(
+            "prometheus",
+            prometheus.argv(self.binaries.prometheus, config, self.work_dir / "prometheus", port),
+        )
+        self.processes.wait_ready(
+            component, lambda: _http_ok(f"{self.prometheus_url}/-/ready"), READY_TIMEOUT_S
+        )

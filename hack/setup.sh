@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything gpu-scheduler's demo and tests need, skipping what is already there:
+#   1. Debian's `prometheus` package (apt-get; as root, or through sudo),
+#   2. the virtualenv .venv with the project and its test extra (re-installed when pyproject.toml changes),
+#   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository).
+# Needs: Python >= 3.11, Go >= 1.24, and a Debian-like system for apt-get.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+started=$SECONDS
+
+python="${PYTHON:-python3}"
+"$python" - <<'PY' || { log "Python >= 3.11 is required (set PYTHON=/path/to/python3.11)"; exit 1; }
+import sys
+sys.exit(0 if sys.version_info >= (3, 11) else 1)
+PY
+command -v go >/dev/null || { log "Go >= 1.24 is required to build the Kubernetes binaries"; exit 1; }
+
+if ! command -v prometheus >/dev/null; then
+  log "installing Debian's prometheus package"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [[ ! -f "$stamp" ]]; then
+  log "creating .venv and installing gpu-scheduler[test]"
+  [[ -x .venv/bin/python ]] || "$python" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  rm -f .venv/.installed-* && touch "$stamp"
+fi
+
+bash hack/build-binaries.sh >/dev/null
+log "set-up complete in $((SECONDS - started)) s"

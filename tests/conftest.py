@@ -1,0 +1,87 @@
+"""Shared pytest set-up: the integration marker and the local control plane fixtures.
+
+Every test under tests/integration/ is marked `integration` and gets the session's real local
+cluster (etcd, kube-apiserver with RBAC, kube-controller-manager, kwok, kube-scheduler, Prometheus
+and the fake dcgm-exporter). With CI=true a cluster that cannot start fails the run; elsewhere the
+integration tests are skipped with the reason, and unit tests still run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from hack.localcluster import (
+    SEED_NODE_TYPES,
+    ClusterConfig,
+    LocalCluster,
+    create_nodes,
+    wait_nodes_ready,
+)
+from tests.kube import make_namespace
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """The session's local control plane; its logs stay in `cluster.log_dir` after the run."""
+    work_dir = os.environ.get("GPU_SCHEDULER_CLUSTER_DIR")
+    local = LocalCluster(ClusterConfig(work_dir=Path(work_dir) if work_dir else None))
+    try:
+        local.start()
+    except Exception as error:  # start() already stopped what it had started
+        message = f"local cluster did not start: {error}"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    print(f"\nlocal cluster up in {local.started_in_s:.1f} s; logs in {local.log_dir}")
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+async def api_client(cluster: LocalCluster) -> AsyncIterator[client.ApiClient]:
+    """An admin (system:masters) API client for the session's cluster."""
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(cluster.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+async def core_api(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+async def seed_nodes(core_api: client.CoreV1Api) -> list[str]:
+    """One Ready node of each seed type (G1, G2, G2-Expansion)."""
+    names = await create_nodes(core_api, SEED_NODE_TYPES)
+    await wait_nodes_ready(core_api, names)
+    return names
+
+
+@pytest.fixture
+async def namespace(
+    core_api: client.CoreV1Api, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
+    """A fresh namespace for one test (with its default ServiceAccount), deleted afterwards."""
+    name = await make_namespace(core_api, request.node.name)
+    yield name
+    await core_api.delete_namespace(name)
