@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its measurements and the ratio to a baseline run in the same process."""

@@ -1,0 +1,40 @@
+"""The scheduler's HTTP endpoints: /metrics, /healthz (the process runs) and /readyz (its caches
+have synced, so its decisions see the whole cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from metrics.registry import Registry
+
+CONTENT_TYPE = "text/plain; version=0.0.4"
+
+
+def make_app(registry: Registry, ready: Callable[[], bool]) -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=registry.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="caches not synced")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def start_server(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve `app` on host:port; call `runner.cleanup()` to stop. Port 0 picks a free port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner

@@ -1,0 +1,77 @@
+"""The API calls of a scheduling decision: the Binding, and the PodScheduled condition.
+
+The Binding's annotations are copied onto the pod by the API server in the same call, so the
+GPU indices and NVLink domain the scheduler chose land on the pod atomically with its node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from kubernetes_asyncio import client
+
+from scheduler.apierrors import APIError, expect_success
+
+CONDITION_TYPE = "PodScheduled"
+UNSCHEDULABLE_REASON = "Unschedulable"
+
+
+async def bind_pod(
+    core_api: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    uid: str,
+    node: str,
+    annotations: Mapping[str, str],
+    timeout: float,
+) -> None:
+    """POST pods/{name}/binding. Raises APIError with the API's message on any failure.
+
+    The pod's UID is a precondition, so a pod deleted and re-created under the same name is
+    never bound by a decision made for its predecessor.
+    """
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "annotations": dict(annotations),
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    try:
+        response = await core_api.create_namespaced_pod_binding(
+            name, namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout
+        )
+    except (OSError, TimeoutError) as error:
+        raise APIError(0, f"binding request failed: {error!r}") from error
+    await expect_success(response)
+
+
+async def set_unschedulable(
+    core_api: client.CoreV1Api, namespace: str, name: str, message: str
+) -> None:
+    """Set PodScheduled=False, reason Unschedulable, with the FitError message (what
+    cluster-autoscaler and Karpenter look for). Raises APIError."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patch = {
+        "status": {
+            "conditions": [
+                {
+                    "type": CONDITION_TYPE,
+                    "status": "False",
+                    "reason": UNSCHEDULABLE_REASON,
+                    "message": message,
+                    "lastTransitionTime": now,
+                    "lastProbeTime": None,
+                }
+            ]
+        }
+    }
+    await core_api.patch_namespaced_pod_status(
+        name, namespace, cast(Any, patch), _preload_content=False
+    )

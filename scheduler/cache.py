@@ -1,0 +1,468 @@
+"""The scheduler's view of the cluster: nodes, the pods on them, and pods it has assumed.
+
+Every pod bound to a node counts against it, whoever bound it, until it finishes or is deleted.
+Usage is kept per node row in numpy arrays that filter and score plugins read whole (see
+`Snapshot`); a change touches only the rows of the nodes involved.
+
+Pod states (kube-scheduler's cache, with the binding done by this process):
+
+    (not in cache) --assume--> Assumed --bound seen by the informer (add_pod)--> Added
+          ^                      |   |                                         |   ^
+          |            forget    |   | expire: the binding finished but the    |   | update_pod
+          +----------------------+   | informer never showed the pod bound     |   |
+          +--------------------------+   within `assumed_ttl` seconds           +---+
+          |                                                                        |
+          +---------------------------- remove_pod (deleted or finished) ---------+
+
+- assume: the scheduling cycle chose a node and GPUs; they are taken at once so the next cycle
+  sees them used, before the binding call returns.
+- forget: the binding failed; the pod's resources are given back.
+- add_pod for an assumed pod confirms it (its GPU indices stay the ones chosen); for any other
+  bound pod it adds it, taking the GPU indices from its `gpu-scheduler.io/gpus` annotation, or
+  from the documented fill order of `topology.occupancy` when it has none.
+
+All methods are synchronous and run on the event loop thread, so a scheduling cycle's filter and
+score see one consistent state without copying: the arrays are the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from scheduler.objects import GPU, RESOURCES, NodeInfo, PodInfo, Taint
+from topology.occupancy import choose_gpus
+
+log = structlog.get_logger("gpu-scheduler.cache")
+
+INITIAL_ROWS = 64
+NO_GROUP = -1
+
+_Array = TypeVar("_Array", bound=np.ndarray[Any, Any])
+
+
+def _grown(array: _Array, rows: int, fill: object) -> _Array:
+    """`array` with its first axis extended to `rows`, new rows set to `fill`."""
+    grown = np.full((rows, *array.shape[1:]), fill, dtype=array.dtype)
+    grown[: array.shape[0]] = array
+    return cast(_Array, grown)
+
+
+GpuStateKey = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+"""(GPUs, GPUs in use, free GPUs per domain, size of each domain) of a node."""
+
+
+class GpuStateArrays(NamedTuple):
+    """The distinct GPU states as arrays: free and size (states, domains), total and used
+    (states,), ready for `topology.scoring.score_nodes`."""
+
+    free: npt.NDArray[np.int64]
+    size: npt.NDArray[np.int64]
+    total: npt.NDArray[np.int64]
+    used: npt.NDArray[np.int64]
+
+
+@dataclass
+class PodState:
+    """A pod counted on a node, and the GPU indices it holds there."""
+
+    info: PodInfo
+    node: str
+    gpus: tuple[int, ...]
+    assumed: bool
+    binding_finished_at: float | None = None
+
+
+@dataclass
+class LabelColumn:
+    """One label key across all node rows, as integer codes: -1 where the node lacks it."""
+
+    codes: npt.NDArray[np.int32]  # codes: (rows,)
+    values: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+
+    def code(self, value: str) -> int:
+        if value not in self.index:
+            self.index[value] = len(self.values)
+            self.values.append(value)
+        return self.index[value]
+
+
+class ClusterCache:
+    """Nodes and pods in arrays; see the module docstring for the pod state machine."""
+
+    def __init__(self, assumed_ttl: float = 30.0) -> None:
+        self.assumed_ttl = assumed_ttl
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodState] = {}
+        self.pods_on_node: dict[str, set[str]] = {}
+        self.row_of: dict[str, int] = {}
+        self.names: list[str] = []
+        self._free_rows: list[int] = []
+        self.generation = 0
+        """Grows on every change; lets callers cache per-state work."""
+        rows = INITIAL_ROWS
+        self.valid = np.zeros(rows, dtype=bool)  # valid: (rows,)
+        self.unschedulable = np.zeros(rows, dtype=bool)  # unschedulable: (rows,)
+        self.allocatable = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # (rows, resources)
+        self.requested = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # (rows, resources)
+        self.gpu_domain = np.full((rows, 0), -1, dtype=np.int32)  # gpu_domain: (rows, gpus)
+        self.gpu_used = np.zeros((rows, 0), dtype=bool)  # gpu_used: (rows, gpus)
+        self.free_per_domain = np.zeros((rows, 0), dtype=np.int32)  # (rows, domains)
+        self.domain_size = np.zeros((rows, 0), dtype=np.int32)  # (rows, domains)
+        self.mig_profiles: list[str] = []
+        self.mig_allocatable = np.zeros((rows, 0), dtype=np.int64)  # (rows, profiles)
+        self.mig_requested = np.zeros((rows, 0), dtype=np.int64)  # (rows, profiles)
+        self.taint_groups: list[tuple[Taint, ...]] = []
+        self._taint_group_index: dict[tuple[Taint, ...], int] = {}
+        self.taint_group = np.full(rows, NO_GROUP, dtype=np.int32)  # taint_group: (rows,)
+        self.gpu_state = np.zeros(rows, dtype=np.int32)  # gpu_state: (rows,)
+        self.gpu_states: list[GpuStateKey] = []
+        self._gpu_state_index: dict[GpuStateKey, int] = {}
+        self._gpu_state_arrays: GpuStateArrays | None = None
+        self.label_columns: dict[str, LabelColumn] = {}
+
+    # -- arrays --------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        return len(self.names)
+
+    def _grow_rows(self, needed: int) -> None:
+        capacity = self.valid.shape[0]
+        if needed <= capacity:
+            return
+        new = max(needed, capacity * 2)
+
+        self.valid = _grown(self.valid, new, False)
+        self.unschedulable = _grown(self.unschedulable, new, False)
+        self.allocatable = _grown(self.allocatable, new, 0)
+        self.requested = _grown(self.requested, new, 0)
+        self.gpu_domain = _grown(self.gpu_domain, new, -1)
+        self.gpu_used = _grown(self.gpu_used, new, False)
+        self.free_per_domain = _grown(self.free_per_domain, new, 0)
+        self.domain_size = _grown(self.domain_size, new, 0)
+        self.mig_allocatable = _grown(self.mig_allocatable, new, 0)
+        self.mig_requested = _grown(self.mig_requested, new, 0)
+        self.taint_group = _grown(self.taint_group, new, NO_GROUP)
+        self.gpu_state = _grown(self.gpu_state, new, 0)
+        for column in self.label_columns.values():
+            column.codes = _grown(column.codes, new, -1)
+
+    def _grow_columns(self, gpus: int, domains: int) -> None:
+        rows = self.valid.shape[0]
+        if gpus > self.gpu_used.shape[1]:
+            extra = gpus - self.gpu_used.shape[1]
+            self.gpu_used = np.hstack([self.gpu_used, np.zeros((rows, extra), dtype=bool)])
+            self.gpu_domain = np.hstack(
+                [self.gpu_domain, np.full((rows, extra), -1, dtype=np.int32)]
+            )
+        if domains > self.free_per_domain.shape[1]:
+            extra = domains - self.free_per_domain.shape[1]
+            pad = np.zeros((rows, extra), dtype=np.int32)
+            self.free_per_domain = np.hstack([self.free_per_domain, pad])
+            self.domain_size = np.hstack([self.domain_size, pad.copy()])
+
+    def _mig_column(self, resource: str) -> int:
+        if resource not in self.mig_profiles:
+            self.mig_profiles.append(resource)
+            rows = self.valid.shape[0]
+            zeros = np.zeros((rows, 1), dtype=np.int64)
+            self.mig_allocatable = np.hstack([self.mig_allocatable, zeros])
+            self.mig_requested = np.hstack([self.mig_requested, zeros.copy()])
+        return self.mig_profiles.index(resource)
+
+    def label_column(self, key: str) -> LabelColumn:
+        """The codes of label `key` for every row, built on first use and kept up to date."""
+        column = self.label_columns.get(key)
+        if column is None:
+            column = LabelColumn(np.full(self.valid.shape[0], -1, dtype=np.int32))
+            for name, row in self.row_of.items():
+                value = self.nodes[name].labels.get(key)
+                if value is not None:
+                    column.codes[row] = column.code(value)
+            self.label_columns[key] = column
+        return column
+
+    def _recount_domains(self, row: int) -> None:
+        domains = self.gpu_domain[row]  # domains: (gpus,)
+        width = self.free_per_domain.shape[1]
+        has_gpu = domains >= 0  # has_gpu: (gpus,)
+        size = np.bincount(domains[has_gpu], minlength=width)[:width]
+        free = np.bincount(domains[has_gpu & ~self.gpu_used[row]], minlength=width)[:width]
+        self.domain_size[row] = size
+        self.free_per_domain[row] = free
+        total = int(self.allocatable[row, GPU])
+        used = min(int(self.requested[row, GPU]), total)
+        key = (total, used, tuple(free.tolist()), tuple(size.tolist()))
+        state = self._gpu_state_index.get(key)
+        if state is None:
+            state = len(self.gpu_states)
+            self.gpu_states.append(key)
+            self._gpu_state_index[key] = state
+        self.gpu_state[row] = state
+
+    def gpu_state_arrays(self) -> GpuStateArrays:
+        """Every distinct GPU state seen so far as arrays, row k describing state k.
+
+        Nodes in the same state (GPU count, GPUs in use, free GPUs and size of each domain)
+        score the same for any pod, so scores are computed once per state and gathered to the
+        nodes through `gpu_state` (rows,). States are never removed or changed, only appended.
+        """
+        width = self.free_per_domain.shape[1]
+        cached = self._gpu_state_arrays
+        if cached is not None and cached.free.shape == (len(self.gpu_states), width):
+            return cached
+        count = len(self.gpu_states)
+        free = np.zeros((count, width), dtype=np.int64)  # free: (states, domains)
+        size = np.zeros((count, width), dtype=np.int64)  # size: (states, domains)
+        total = np.zeros(count, dtype=np.int64)  # total: (states,)
+        used = np.zeros(count, dtype=np.int64)  # used: (states,)
+        for k, (gpus, in_use, free_k, size_k) in enumerate(self.gpu_states):
+            total[k], used[k] = gpus, in_use
+            free[k, : len(free_k)] = free_k
+            size[k, : len(size_k)] = size_k
+        self._gpu_state_arrays = GpuStateArrays(free, size, total, used)
+        return self._gpu_state_arrays
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def add_or_update_node(self, node: NodeInfo) -> None:
+        """Insert or replace a node, keeping the pods counted on it."""
+        self.generation += 1
+        row = self.row_of.get(node.name)
+        if row is None:
+            if self._free_rows:
+                row = self._free_rows.pop()
+                self.names[row] = node.name
+            else:
+                row = len(self.names)
+                self._grow_rows(row + 1)
+                self.names.append(node.name)
+            self.row_of[node.name] = row
+            self.pods_on_node.setdefault(node.name, set())
+        self.nodes[node.name] = node
+        self.valid[row] = True
+        self.unschedulable[row] = node.unschedulable
+        self.allocatable[row] = node.allocatable
+        topology = node.topology
+        self._grow_columns(topology.gpu_count, topology.domain_count)
+        self.gpu_domain[row] = -1
+        self.gpu_domain[row, : topology.gpu_count] = topology.gpu_domain_ids()
+        self.mig_allocatable[row] = 0
+        for resource, amount in node.mig.items():
+            mig_column = self._mig_column(resource)  # may widen the arrays: index after
+            self.mig_allocatable[row, mig_column] = amount
+        group = self._taint_group_index.get(node.taints)
+        if group is None:
+            group = len(self.taint_groups)
+            self.taint_groups.append(node.taints)
+            self._taint_group_index[node.taints] = group
+        self.taint_group[row] = group
+        for key, column in self.label_columns.items():
+            value = node.labels.get(key)
+            column.codes[row] = -1 if value is None else column.code(value)
+        self._recount_usage(row)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; its pods stay known and count again if the node comes back."""
+        row = self.row_of.pop(name, None)
+        if row is None:
+            return
+        self.generation += 1
+        self.nodes.pop(name, None)
+        self.valid[row] = False
+        self.names[row] = ""
+        self._free_rows.append(row)
+
+    def _recount_usage(self, row: int) -> None:
+        """Rebuild one node's usage from the pods counted on it (after a node change)."""
+        name = self.names[row]
+        self.requested[row] = 0
+        self.gpu_used[row] = False
+        self.mig_requested[row] = 0
+        states = [self.pods[key] for key in self.pods_on_node.get(name, ())]
+        wanted = {state.info.key: state.gpus or state.info.gpu_indices for state in states}
+        # Pods that name their GPUs first, so a pod placed by the fill order cannot take them.
+        for state in sorted(states, key=lambda st: (wanted[st.info.key] is None, st.info.key)):
+            state.gpus = ()
+            state.gpus = self._pick_gpus(row, state.info, wanted[state.info.key])
+            self._charge(row, state, sign=1)
+        self._recount_domains(row)
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def _charge(self, row: int, state: PodState, sign: int) -> None:
+        self.requested[row] += sign * state.info.requests
+        for resource, amount in state.info.mig.items():
+            mig_column = self._mig_column(resource)  # may widen the arrays: index after
+            self.mig_requested[row, mig_column] += sign * amount
+        if state.gpus:
+            self.gpu_used[row, list(state.gpus)] = sign > 0
+
+    def _pick_gpus(self, row: int, pod: PodInfo, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
+        node = self.nodes[self.names[row]]
+        count = pod.gpus
+        if count == 0:
+            return ()
+        used = self.gpu_used[row, : node.topology.gpu_count]  # used: (gpus,)
+        if wanted is not None:
+            if len(wanted) == count and all(
+                g < node.topology.gpu_count and not used[g] for g in wanted
+            ):
+                return wanted
+            log.warning(
+                "gpu_annotation_conflict",
+                pod=pod.key,
+                node=node.name,
+                annotated=list(wanted),
+                detail="indices out of range, taken, or not matching the GPU request; "
+                "using the fill order instead",
+            )
+        choice = choose_gpus(node.topology, used.copy(), count)
+        if choice is not None:
+            return choice.gpus
+        free = [int(g) for g in np.flatnonzero(~used)]
+        log.warning("gpu_overcommit", pod=pod.key, node=node.name, requested=count, free=free)
+        return tuple(free[:count])
+
+    def _insert(self, pod: PodInfo, node: str, gpus: tuple[int, ...] | None, assumed: bool) -> None:
+        self.generation += 1
+        state = PodState(pod, node, (), assumed)
+        self.pods[pod.key] = state
+        self.pods_on_node.setdefault(node, set()).add(pod.key)
+        row = self.row_of.get(node)
+        if row is None:  # node not known (yet): the pod is remembered and counted when it appears
+            state.gpus = gpus or ()
+            return
+        state.gpus = self._pick_gpus(row, pod, gpus)
+        self._charge(row, state, sign=1)
+        self._recount_domains(row)
+
+    def _delete(self, key: str) -> PodState | None:
+        state = self.pods.pop(key, None)
+        if state is None:
+            return None
+        self.generation += 1
+        self.pods_on_node.get(state.node, set()).discard(key)
+        row = self.row_of.get(state.node)
+        if row is not None:
+            self._charge(row, state, sign=-1)
+            if self._short_of_gpus(state.node):
+                self._recount_usage(row)  # an overcommitted pod can now get real GPUs
+            else:
+                self._recount_domains(row)
+        return state
+
+    def _short_of_gpus(self, node: str) -> bool:
+        """Whether a pod on `node` holds fewer GPU indices than it asks for (overcommit)."""
+        return any(
+            len(self.pods[key].gpus) < self.pods[key].info.gpus
+            for key in self.pods_on_node.get(node, ())
+        )
+
+    def assume(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
+        """Count `pod` on `node` with `gpus` before its binding is confirmed."""
+        if pod.key in self.pods:
+            raise ValueError(f"pod {pod.key} is already in the cache")
+        self._insert(pod, node, gpus, assumed=True)
+
+    def finish_binding(self, key: str, now: float) -> None:
+        """The binding call returned; start the expiry clock of the assumed pod."""
+        state = self.pods.get(key)
+        if state is not None and state.assumed:
+            state.binding_finished_at = now
+
+    def forget(self, key: str) -> None:
+        """Give back an assumed pod's resources (its binding failed)."""
+        state = self.pods.get(key)
+        if state is not None and state.assumed:
+            self._delete(key)
+
+    def is_assumed(self, key: str) -> bool:
+        state = self.pods.get(key)
+        return state is not None and state.assumed
+
+    def add_pod(self, pod: PodInfo) -> None:
+        """A pod the informer reports. Bound, unfinished pods are counted; others are dropped."""
+        existing = self.pods.get(pod.key)
+        if not pod.holds_resources:
+            if existing is not None and not existing.assumed:
+                self._delete(pod.key)
+            return
+        if existing is not None:
+            if existing.assumed and existing.node == pod.node_name:
+                existing.assumed = False
+                existing.binding_finished_at = None
+                existing.info = pod
+                return
+            if (
+                not existing.assumed
+                and existing.info.uid == pod.uid
+                and existing.node == pod.node_name
+                and existing.info.gpus == pod.gpus
+                and existing.info.mig == pod.mig
+                and (pod.gpu_indices is None or pod.gpu_indices == existing.gpus)
+            ):
+                self._replace_info(existing, pod)
+                return
+            self._delete(pod.key)
+        self._insert(pod, pod.node_name, pod.gpu_indices, assumed=False)
+
+    def _replace_info(self, state: PodState, pod: PodInfo) -> None:
+        """Same pod, same node and GPUs: only its requests may have changed (in-place resize)."""
+        row = self.row_of.get(state.node)
+        if row is not None and not np.array_equal(state.info.requests, pod.requests):
+            self._charge(row, state, sign=-1)
+            state.info = pod
+            self._charge(row, state, sign=1)
+            self._recount_domains(row)
+            self.generation += 1
+        else:
+            state.info = pod
+
+    update_pod = add_pod
+
+    def remove_pod(self, key: str) -> None:
+        """The pod was deleted: give its resources back."""
+        self._delete(key)
+
+    def expire_assumed(self, now: float) -> list[str]:
+        """Drop assumed pods whose binding finished more than `assumed_ttl` seconds ago."""
+        expired = [
+            key
+            for key, state in self.pods.items()
+            if state.assumed
+            and state.binding_finished_at is not None
+            and now - state.binding_finished_at > self.assumed_ttl
+        ]
+        for key in expired:
+            log.warning("assumed_pod_expired", pod=key, ttl_s=self.assumed_ttl)
+            self._delete(key)
+        return expired
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def node_gpus_used(self, name: str) -> npt.NDArray[np.bool_]:
+        """GPU-in-use mask of one node, (gpus,)."""
+        row = self.row_of[name]
+        return self.gpu_used[row, : self.nodes[name].topology.gpu_count].copy()
+
+    def gpus_of(self, key: str) -> tuple[int, ...]:
+        state = self.pods.get(key)
+        return state.gpus if state else ()
+
+    def iter_pods_on(self, node: str) -> Iterator[PodState]:
+        for key in sorted(self.pods_on_node.get(node, ())):
+            yield self.pods[key]
+
+    def overcommitted_gpus(self) -> dict[str, int]:
+        """Nodes where more GPUs are requested than allocatable, by how many (for tests/logs)."""
+        rows = self.valid[: self.rows]  # rows: (nodes,)
+        excess = self.requested[: self.rows, GPU] - self.allocatable[: self.rows, GPU]
+        return {self.names[r]: int(excess[r]) for r in np.flatnonzero(rows & (excess > 0))}

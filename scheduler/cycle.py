@@ -1,0 +1,259 @@
+"""One scheduling cycle per pod, then an asynchronous binding cycle (kube-scheduler's shape).
+
+    pop -> [leader?] -> pre-checks -> filter + score (one vectorized pass) -> choose GPUs
+        -> assume in cache -> start binding task -> next pod
+    binding task: [leader?] -> POST binding (GPU annotations ride along) -> Scheduled event
+                  failure: forget the assumption, back the pod off, FailedScheduling event
+
+    no node fits: FailedScheduling event + PodScheduled=False (reason Unschedulable) -> the pod
+                  waits in the unschedulable pool until a cluster event may have made room
+
+Every failure path gives back what was assumed, so the cache never holds a pod that the API
+server did not bind. The cycle itself is synchronous up to the assume: no other coroutine can
+change the cache between filtering and assuming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import structlog
+from kubernetes_asyncio import client
+
+from scheduler.apierrors import APIError
+from scheduler.binding import bind_pod, set_unschedulable
+from scheduler.cache import ClusterCache
+from scheduler.events import NORMAL, WARNING, EventRecorder, ObjectRef
+from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
+from scheduler.framework.snapshot import Snapshot
+from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
+from scheduler.plugins.nvlink import NAME as NVLINK
+from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
+from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
+
+log = structlog.get_logger("gpu-scheduler.cycle")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A decision: the node, the GPU indices inside it, their NVLink domain, the score."""
+
+    node: str
+    gpus: tuple[int, ...]
+    domain: int
+    score: float
+
+    def annotations(self) -> dict[str, str]:
+        if not self.gpus:
+            return {}
+        return {
+            GPUS_ANNOTATION: ",".join(str(g) for g in self.gpus),
+            NVLINK_DOMAIN_ANNOTATION: str(self.domain),
+        }
+
+    def describe(self) -> str:
+        if not self.gpus:
+            return f"score {self.score:.0f}"
+        gpus = ",".join(str(g) for g in self.gpus)
+        where = (
+            "across NVLink domains"
+            if self.domain == NO_DOMAIN
+            else f"in NVLink domain {self.domain}"
+        )
+        return f"GPUs {gpus} {where}; score {self.score:.0f}"
+
+
+def place(cache: ClusterCache, pod: PodInfo, evaluation: Evaluation) -> Placement:
+    """The GPUs to take on the chosen node (best NVLink domain, see `topology.occupancy`)."""
+    node = cache.names[evaluation.chosen]
+    score = float(evaluation.total[evaluation.chosen])
+    if pod.gpus == 0:
+        return Placement(node, (), NO_DOMAIN, score)
+    topology = cache.nodes[node].topology
+    choice = choose_gpus(topology, cache.node_gpus_used(node), pod.gpus)
+    if choice is None:  # filters guarantee enough free GPUs; keep the cycle safe regardless
+        raise RuntimeError(f"node {node} has fewer than {pod.gpus} free GPUs after filtering")
+    return Placement(node, tuple(choice.gpus), int(choice.domain), score)
+
+
+class Scheduler:
+    """The scheduling loop and its binding tasks."""
+
+    def __init__(
+        self,
+        *,
+        scheduler_name: str,
+        cache: ClusterCache,
+        queue: SchedulingQueue[PodInfo],
+        framework: Framework,
+        api_client: client.ApiClient,
+        recorder: EventRecorder,
+        bind_concurrency: int = 16,
+        bind_timeout: float = 30.0,
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.scheduler_name = scheduler_name
+        self.cache = cache
+        self.queue = queue
+        self.framework = framework
+        self.core = client.CoreV1Api(api_client)
+        self.recorder = recorder
+        self.bind_timeout = bind_timeout
+        self.is_leader = is_leader
+        self.clock = clock
+        self._bind_slots = asyncio.Semaphore(bind_concurrency)
+        self._binds: set[asyncio.Task[None]] = set()
+        self._condition_messages: dict[str, str] = {}
+        self.bound = 0
+        self.unschedulable = 0
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Schedule pods until the queue closes or the task is cancelled."""
+        while True:
+            try:
+                queued = await self.queue.pop()
+            except QueueClosed:
+                return
+            if not self.is_leader():
+                self.queue.requeue_backoff(queued)
+                continue
+            try:
+                self.schedule_one(queued)
+            except Exception:  # a bug must not stop the loop or lose the pod
+                log.exception("scheduling_cycle_failed", pod=queued.key)
+                self.queue.requeue_backoff(queued)
+
+    def schedule_one(self, queued: QueuedPod[PodInfo]) -> None:
+        """One synchronous cycle; the binding continues in a task."""
+        pod = queued.obj
+        if pod.key in self.cache.pods:  # bound meanwhile (by us before a restart, or by hand)
+            self.queue.done(queued)
+            return
+        if pod.errors:
+            message = f"pod has invalid fields: {sorted_errors(pod.errors)}"
+            self._unschedulable(queued, message, ("PodSpec",))
+            return
+        snapshot = Snapshot(self.cache)
+        evaluation = self.framework.evaluate(pod, snapshot)
+        if evaluation.chosen == NO_NODE:
+            message = evaluation.diagnosis.message(snapshot.valid)
+            plugins = {r.plugin for r in evaluation.diagnosis.rejections}
+            self._unschedulable(queued, message, tuple(sorted(plugins)))
+            return
+        placement = place(self.cache, pod, evaluation)
+        self._log_decision(pod, placement, evaluation)
+        self.cache.assume(pod, placement.node, placement.gpus)
+        task = asyncio.get_running_loop().create_task(self._bind(queued, pod, placement))
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
+
+    # -- outcomes ------------------------------------------------------------------------------
+
+    def _log_decision(self, pod: PodInfo, placement: Placement, evaluation: Evaluation) -> None:
+        scores = evaluation.state.data.get(NVLINK)
+        components = scores.components(evaluation.chosen) if scores is not None else {}
+        log.info(
+            "pod_placed",
+            pod=pod.key,
+            node=placement.node,
+            gpus=list(placement.gpus),
+            nvlink_domain=placement.domain,
+            score=round(placement.score, 2),
+            feasible_nodes=int(np.count_nonzero(evaluation.diagnosis.feasible)),
+            **components,
+        )
+
+    def _unschedulable(
+        self, queued: QueuedPod[PodInfo], message: str, plugins: tuple[str, ...]
+    ) -> None:
+        pod = queued.obj
+        self.unschedulable += 1
+        log.info("pod_unschedulable", pod=pod.key, message=message, attempts=queued.attempts)
+        self.queue.requeue_unschedulable(queued, (message,), plugins)
+        ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
+        self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", message)
+        if self._condition_messages.get(pod.key) != message:
+            self._condition_messages[pod.key] = message
+            task = asyncio.get_running_loop().create_task(self._set_condition(pod, message))
+            self._binds.add(task)
+            task.add_done_callback(self._binds.discard)
+
+    async def _set_condition(self, pod: PodInfo, message: str) -> None:
+        try:
+            await set_unschedulable(self.core, pod.namespace, pod.name, message)
+        except (APIError, OSError, TimeoutError) as error:
+            self._condition_messages.pop(pod.key, None)
+            if not (isinstance(error, APIError) and error.not_found):
+                log.warning("condition_update_failed", pod=pod.key, error=str(error))
+
+    async def _bind(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
+        async with self._bind_slots:
+            if not self.is_leader():
+                self.cache.forget(pod.key)
+                self.queue.requeue_backoff(queued)
+                return
+            try:
+                await bind_pod(
+                    self.core,
+                    pod.namespace,
+                    pod.name,
+                    pod.uid,
+                    placement.node,
+                    placement.annotations(),
+                    self.bind_timeout,
+                )
+            except (APIError, OSError, TimeoutError, asyncio.CancelledError) as error:
+                self.cache.forget(pod.key)
+                if isinstance(error, asyncio.CancelledError):
+                    self.queue.requeue_backoff(queued)
+                    raise
+                self._bind_failed(queued, pod, placement, error)
+                return
+        self.cache.finish_binding(pod.key, self.clock())
+        self.queue.done(queued)
+        self._condition_messages.pop(pod.key, None)
+        self.bound += 1
+        note = f"Successfully assigned {pod.key} to {placement.node}; {placement.describe()}"
+        ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
+        self.recorder.emit(ref, NORMAL, "Scheduled", "Binding", note)
+        log.info("pod_bound", pod=pod.key, node=placement.node, gpus=list(placement.gpus))
+
+    def _bind_failed(
+        self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: BaseException
+    ) -> None:
+        gone = isinstance(error, APIError) and error.not_found
+        log.warning("bind_failed", pod=pod.key, node=placement.node, error=str(error), gone=gone)
+        if gone:  # the pod was deleted: nothing to retry
+            self.queue.done(queued)
+            return
+        if isinstance(error, APIError) and error.conflict and "already assigned" in error.message:
+            self.queue.done(queued)  # someone else bound it; the informer will count it
+            return
+        self.queue.requeue_backoff(queued)
+        ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
+        note = f"Binding rejected: {error}"
+        self.recorder.emit(ref, WARNING, "FailedScheduling", "Binding", note)
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    @property
+    def binds_in_flight(self) -> int:
+        return len(self._binds)
+
+    async def finish_binds(self, timeout: float) -> None:
+        """Let in-flight binds finish for up to `timeout` seconds, then cancel the rest (their
+        pods are forgotten and requeued)."""
+        if not self._binds:
+            return
+        _, pending = await asyncio.wait(set(self._binds), timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)

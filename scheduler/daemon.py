@@ -1,0 +1,248 @@
+"""The daemon: named, guarded tasks in one TaskGroup, and an explicit graceful stop.
+
+Tasks:
+
+| task            | does                                                                  |
+|-----------------|-----------------------------------------------------------------------|
+| informer:nodes  | list+watch Nodes into the cache                                       |
+| informer:pods   | list+watch all Pods: bound ones into the cache, our pending ones queued |
+| informer:priorityclasses, informer:pdbs | stores read by reclaim                       |
+| queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
+| cache-expiry    | drops assumed pods whose binding was never confirmed                  |
+| leader-election | competes for the Lease (or always leads when disabled)                |
+| scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
+|                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
+| http            | /metrics, /healthz, /readyz                                           |
+
+Stop (SIGTERM/SIGINT, or `Daemon.stop()`): the queue closes, so no new cycle starts; in-flight
+binds get `bind_grace_seconds` to finish, the rest are cancelled and their pods forgotten; the
+Lease is released so a follower takes over at once; then everything else is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client, config
+
+from metrics.registry import Registry
+from metrics.server import make_app, start_server
+from scheduler.cache import ClusterCache
+from scheduler.config import SchedulerConfig, split_host_port
+from scheduler.cycle import Scheduler
+from scheduler.events import EventRecorder
+from scheduler.framework.runtime import Framework
+from scheduler.handlers import NodeHandler, PodHandler, StoreOnly
+from scheduler.informer import Informer
+from scheduler.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
+from scheduler.objects import PodInfo
+from scheduler.plugins.node_affinity import NodeAffinity
+from scheduler.plugins.nvlink import NVLink
+from scheduler.plugins.resources import NodeResourcesFit
+from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
+from scheduler.queue import SchedulingQueue
+
+log = structlog.get_logger("gpu-scheduler.daemon")
+
+BIND_GRACE_SECONDS = 10.0
+CACHE_EXPIRY_INTERVAL_S = 5.0
+
+
+async def api_client_for(kubeconfig: str | None) -> client.ApiClient:
+    """An API client from a kubeconfig file, or from the pod's service account when None."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = 64
+    return client.ApiClient(configuration)
+
+
+def default_framework(settings: SchedulerConfig) -> Framework:
+    """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
+    score, and preferred node affinity."""
+    nvlink = NVLink(settings.scoring.weights)
+    affinity = NodeAffinity(weight=settings.scoring.preferred_affinity_weight)
+    return Framework(
+        filters=[NodeUnschedulable(), TaintToleration(), affinity, NodeResourcesFit(), nvlink],
+        scores=[nvlink, affinity],
+        seed=settings.scoring.seed,
+        narrowers=[nvlink],
+    )
+
+
+class Daemon:
+    """One scheduler process; `run()` until `stop()` (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: SchedulerConfig,
+        api_client: client.ApiClient,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.api_client = api_client
+        self.clock = clock
+        self.cache = ClusterCache()
+        self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
+            clock=clock,
+            backoff_initial=settings.backoff.initial_seconds,
+            backoff_max=settings.backoff.max_seconds,
+            unschedulable_flush=settings.queue.unschedulable_flush_seconds,
+        )
+        identity = settings.leader_election.identity
+        self.recorder = EventRecorder(api_client, settings.scheduler_name, identity)
+        self.scheduler = Scheduler(
+            scheduler_name=settings.scheduler_name,
+            cache=self.cache,
+            queue=self.queue,
+            framework=default_framework(settings),
+            api_client=api_client,
+            recorder=self.recorder,
+            bind_concurrency=settings.binding.concurrency,
+            bind_timeout=settings.binding.timeout_seconds,
+            is_leader=lambda: self.elector.is_leader,
+            clock=clock,
+        )
+        self.elector: Elector = (
+            LeaderElector(api_client, settings.leader_election)
+            if settings.leader_election.enabled
+            else AlwaysLeader(identity)
+        )
+        core = client.CoreV1Api(api_client)
+        self.informers = [
+            Informer("nodes", core.list_node, NodeHandler(self.cache, self.queue, self.recorder)),
+            Informer(
+                "pods",
+                core.list_pod_for_all_namespaces,
+                PodHandler(self.cache, self.queue, settings.scheduler_name),
+            ),
+            Informer(
+                "priorityclasses",
+                client.SchedulingV1Api(api_client).list_priority_class,
+                StoreOnly(),
+            ),
+            Informer(
+                "pdbs",
+                client.PolicyV1Api(api_client).list_pod_disruption_budget_for_all_namespaces,
+                StoreOnly(),
+            ),
+        ]
+        self.registry = self._metrics()
+        self._stopping = asyncio.Event()
+        self.http_port: int | None = None
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    def _metrics(self) -> Registry:
+        registry = Registry()
+        registry.gauge(
+            "gpu_scheduler_pending_pods",
+            "Pods waiting in each queue pool.",
+            ("queue",),
+            reader=lambda: [((pool,), float(n)) for pool, n in self.queue.pools().items()],
+        )
+        registry.counter(
+            "gpu_scheduler_pods_bound_total",
+            "Pods this process bound.",
+            reader=lambda: [((), float(self.scheduler.bound))],
+        )
+        registry.counter(
+            "gpu_scheduler_unschedulable_total",
+            "Scheduling attempts that found no node.",
+            reader=lambda: [((), float(self.scheduler.unschedulable))],
+        )
+        registry.gauge(
+            "gpu_scheduler_is_leader",
+            "1 while this process holds the leader Lease.",
+            reader=lambda: [((), float(self.elector.is_leader))],
+        )
+        return registry
+
+    # -- run -----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin the graceful stop; `run()` returns when it is done."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        host, port = split_host_port(self.settings.metrics_address)
+        runner = await start_server(make_app(self.registry, self.synced), host, port)
+        sockets = [s for site in runner.sites for s in getattr(site._server, "sockets", [])]
+        self.http_port = sockets[0].getsockname()[1] if sockets else port
+        log.info(
+            "daemon_started",
+            scheduler_name=self.settings.scheduler_name,
+            identity=self.elector.identity,
+            metrics_port=self.http_port,
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    *(self._guarded(f"informer:{i.name}", i.run, group) for i in self.informers),
+                    self._guarded("queue-flush", self.queue.run, group),
+                    self._guarded("cache-expiry", self._expire_assumed, group),
+                    self._guarded("leader-election", self.elector.run, group),
+                    self._guarded("scheduling", self._schedule_while_leading, group),
+                ]
+                await self._stopping.wait()
+                await self._graceful_stop()
+                for task in tasks:
+                    task.cancel()
+        finally:
+            await self.recorder.drain()
+            await runner.cleanup()
+            log.info("daemon_stopped")
+
+    def _guarded(
+        self,
+        name: str,
+        body: Callable[[], Awaitable[Any]],
+        group: asyncio.TaskGroup,
+    ) -> asyncio.Task[None]:
+        async def guard() -> None:
+            try:
+                await body()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("task_failed", task=name)
+                self.stop()
+            else:
+                if not self._stopping.is_set():
+                    log.warning("task_exited", task=name)
+
+        coroutine: Coroutine[Any, Any, None] = guard()
+        return group.create_task(coroutine, name=name)
+
+    async def _expire_assumed(self) -> None:
+        while True:
+            await asyncio.sleep(CACHE_EXPIRY_INTERVAL_S)
+            self.cache.expire_assumed(self.clock())
+
+    async def _schedule_while_leading(self) -> None:
+        await asyncio.gather(*(informer.synced.wait() for informer in self.informers))
+        log.info("caches_synced", nodes=len(self.cache.nodes), pods=len(self.cache.pods))
+        while not self._stopping.is_set():
+            try:
+                async with self.elector.leadership():
+                    log.info("scheduling_started")
+                    await self.scheduler.run()
+                    return  # the queue closed: stopping
+            except LeadershipLost:
+                log.warning("scheduling_stopped_leadership_lost")
+                await self.scheduler.finish_binds(timeout=0)
+
+    async def _graceful_stop(self) -> None:
+        log.info("daemon_stopping", binds_in_flight=self.scheduler.binds_in_flight)
+        self.queue.close()
+        await self.scheduler.finish_binds(BIND_GRACE_SECONDS)
+        await self.elector.release()

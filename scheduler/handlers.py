@@ -1,0 +1,160 @@
+"""What the scheduler does with each watch event: keep the cache and the queue in step.
+
+- Nodes: add/update/remove in the cache. A node added, or changed in a way that can make room
+  (allocatable, taints, labels, unschedulable), moves the unschedulable pods back to the queue.
+  A node whose fields are invalid gets an Event naming the field (once per distinct problem).
+- Pods bound to a node (by anyone): counted in the cache until they finish or are deleted; a pod
+  deleted or finished moves the unschedulable pods back to the queue.
+- Pods pending for this scheduler (our schedulerName, no node, not terminating): queued.
+- PriorityClasses and PodDisruptionBudgets are kept by their informers' stores for reclaim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from scheduler.cache import ClusterCache
+from scheduler.events import WARNING, EventRecorder, ObjectRef
+from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, sorted_errors
+from scheduler.queue import SchedulingQueue
+
+log = structlog.get_logger("gpu-scheduler.handlers")
+
+
+def _room_changed(old: NodeInfo | None, new: NodeInfo) -> bool:
+    if old is None:
+        return True
+    return (
+        old.unschedulable != new.unschedulable
+        or old.taints != new.taints
+        or old.labels != new.labels
+        or old.mig != new.mig
+        or old.topology != new.topology
+        or bool((old.allocatable != new.allocatable).any())
+    )
+
+
+class NodeHandler:
+    """Informer handler for Nodes."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        queue: SchedulingQueue[PodInfo],
+        recorder: EventRecorder | None,
+    ) -> None:
+        self.cache = cache
+        self.queue = queue
+        self.recorder = recorder
+        self._reported: dict[str, str] = {}
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        node = parse_node(obj)
+        if not node.name:
+            return
+        old = self.cache.nodes.get(node.name)
+        self.cache.add_or_update_node(node)
+        self._report(node, obj)
+        if _room_changed(old, node):
+            self.queue.move_all_to_active_or_backoff("NodeAdd" if old is None else "NodeUpdate")
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        self.on_add(new)
+
+    def on_delete(self, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        self.cache.remove_node(name)
+        self._reported.pop(name, None)
+
+    def _report(self, node: NodeInfo, obj: Mapping[str, Any]) -> None:
+        problems = sorted_errors(node.errors)
+        if not problems:
+            self._reported.pop(node.name, None)
+            return
+        if self._reported.get(node.name) == problems:
+            return
+        self._reported[node.name] = problems
+        log.warning("node_invalid_fields", node=node.name, errors=problems)
+        if self.recorder is not None:
+            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            ref = ObjectRef("Node", node.name, "", uid)
+            self.recorder.emit(ref, WARNING, "InvalidNodeTopology", "Scheduling", problems)
+
+
+def _same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two versions of a pending pod differ only in status and bookkeeping metadata
+    (resourceVersion, managedFields), as kube-scheduler's check for a real pod update."""
+
+    def relevant(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+        metadata = obj.get("metadata") or {}
+        return (
+            obj.get("spec"),
+            metadata.get("labels"),
+            metadata.get("annotations"),
+            metadata.get("deletionTimestamp"),
+        )
+
+    return relevant(old) == relevant(new)
+
+
+class PodHandler:
+    """Informer handler for Pods of every namespace."""
+
+    def __init__(
+        self, cache: ClusterCache, queue: SchedulingQueue[PodInfo], scheduler_name: str
+    ) -> None:
+        self.cache = cache
+        self.queue = queue
+        self.scheduler_name = scheduler_name
+
+    def _ours_and_pending(self, pod: PodInfo) -> bool:
+        return (
+            pod.scheduler_name == self.scheduler_name
+            and not pod.bound
+            and not pod.terminating
+            and not pod.finished
+        )
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        pod = parse_pod(obj)
+        if pod.bound:
+            was_counted = pod.key in self.cache.pods
+            self.cache.add_pod(pod)
+            self.queue.delete(pod.key)
+            if was_counted and not pod.holds_resources:
+                self.queue.move_all_to_active_or_backoff("PodFinished")
+        elif self._ours_and_pending(pod):
+            if pod.key in self.queue:
+                self.queue.update(pod.key, pod.priority, pod)
+            else:
+                self.queue.add(pod.key, pod.priority, pod)
+        else:
+            self.queue.delete(pod.key)
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        if _same_spec(old, new) and not (new.get("spec") or {}).get("nodeName"):
+            return  # only status or bookkeeping changed (e.g. our own PodScheduled condition)
+        self.on_add(new)
+
+    def on_delete(self, obj: Mapping[str, Any]) -> None:
+        pod = parse_pod(obj)
+        self.queue.delete(pod.key)
+        if pod.key in self.cache.pods:
+            self.cache.remove_pod(pod.key)
+            self.queue.move_all_to_active_or_backoff("PodDelete")
+
+
+class StoreOnly:
+    """Informer handler for kinds whose store is read on demand (PriorityClasses, PDBs)."""
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        pass
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        pass
+
+    def on_delete(self, obj: Mapping[str, Any]) -> None:
+        pass

@@ -1,0 +1,476 @@
+"""Pods and nodes as the scheduler sees them, parsed once from the API's JSON.
+
+`parse_pod` and `parse_node` take the plain dicts the informers deliver and return frozen
+records. They never raise on bad content: every problem becomes a `FieldError` naming the object's
+field (e.g. `spec.containers[0].resources.requests.cpu`), and the record carries a documented
+fallback so the daemon can report the error and go on:
+
+- a pod with an unparseable request is not scheduled (its errors are reported as a
+  FailedScheduling event) until it is fixed;
+- a node with an unparseable allocatable quantity offers 0 of that resource;
+- a node with a malformed NVLink annotation is modelled with the default layout for its GPU count
+  (see `topology.domains`), and the error is reported on the node.
+
+Resource vectors are int64 arrays in the order of `RESOURCES`: CPU in millicores, the others in
+base units (bytes, pods, GPUs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.quantity import QuantityError, base_units, cpu_millis
+from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
+from topology.mig import is_mig_resource, parse_mig_profile
+from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
+
+GPU_RESOURCE = "nvidia.com/gpu"
+RESOURCES: tuple[str, ...] = ("cpu", "memory", "ephemeral-storage", "pods", GPU_RESOURCE)
+CPU, MEMORY, EPHEMERAL, PODS, GPU = range(len(RESOURCES))
+NVLINK_DOMAIN_ANNOTATION = "gpu-scheduler.io/nvlink-domain"
+"""Pod annotation with the NVLink domain the scheduler chose ("-1" when the GPUs span domains)."""
+NVLINK_POLICY_ANNOTATION = "gpu-scheduler.io/nvlink-policy"
+"""Pod annotation: "preferred" (default; spanning domains is allowed but scores lower) or
+"required" (only nodes where the GPUs fit inside one domain)."""
+NVLINK_POLICIES = ("preferred", "required")
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+ResourceVector = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """A problem with one field of an object, worded for an Event."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: str  # "Equal" or "Exists"
+    value: str
+    effect: str  # "" matches every effect
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{{{self.key}: {self.value}}}"
+
+
+@dataclass(frozen=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """matchExpressions over labels and matchFields (only metadata.name exists) ANDed."""
+
+    expressions: tuple[SelectorRequirement, ...]
+    fields: tuple[SelectorRequirement, ...]
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """One pod, parsed. `errors` non-empty means: report, do not schedule."""
+
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    scheduler_name: str
+    node_name: str
+    phase: str
+    priority: int
+    priority_class: str
+    created: datetime | None
+    terminating: bool
+    requests: ResourceVector  # (resources,)
+    gpus: int
+    mig: Mapping[str, int]
+    gpu_indices: tuple[int, ...] | None
+    nvlink_policy: str
+    tolerations: tuple[Toleration, ...]
+    node_selector: Mapping[str, str]
+    required_terms: tuple[NodeSelectorTerm, ...]
+    preferred_terms: tuple[tuple[int, NodeSelectorTerm], ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    errors: tuple[FieldError, ...] = ()
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED_PHASES
+
+    @property
+    def holds_resources(self) -> bool:
+        """Bound and not finished: counted against its node (terminating pods still count)."""
+        return self.bound and not self.finished
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node, parsed."""
+
+    name: str
+    allocatable: ResourceVector  # (resources,)
+    mig: Mapping[str, int]
+    topology: NodeTopology
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    errors: tuple[FieldError, ...] = ()
+
+
+def _timestamp(raw: object) -> datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _string_map(raw: object) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def _list(raw: object) -> list[Any]:
+    return list(raw) if isinstance(raw, list) else []
+
+
+def _map(raw: object, where: str, errors: list[FieldError]) -> Mapping[str, Any]:
+    """`raw` if it is a JSON object; {} (absent) if None; otherwise an error naming `where`."""
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return raw
+    errors.append(FieldError(where, f"must be an object, got {type(raw).__name__}"))
+    return {}
+
+
+MAX_AMOUNT = 2**62
+"""Largest amount of a resource accepted (the arrays are int64 and sums must not overflow)."""
+MAX_NODE_GPUS = 64
+"""GPUs per node the topology model accepts (NVLink domains and GPU masks are per GPU)."""
+_INTEGER_RE = re.compile(r"^-?[0-9]{1,18}$")
+
+
+def _resource_amount(name: str, value: object, where: str, errors: list[FieldError]) -> int:
+    try:
+        amount = cpu_millis(value) if name == "cpu" else base_units(value)  # type: ignore[arg-type]
+    except QuantityError as error:
+        errors.append(FieldError(f"{where}.{name}", str(error)))
+        return 0
+    if amount < 0:
+        errors.append(FieldError(f"{where}.{name}", f"must not be negative, got {value!r}"))
+        return 0
+    if amount > MAX_AMOUNT:
+        errors.append(FieldError(f"{where}.{name}", f"is too large: {value!r}"))
+        return 0
+    if is_mig_resource(name):
+        try:
+            parse_mig_profile(name)
+        except ValueError as error:
+            errors.append(FieldError(f"{where}.{name}", str(error)))
+            return 0
+    return amount
+
+
+def _container_requests(
+    container: Mapping[str, Any], where: str, errors: list[FieldError]
+) -> dict[str, int]:
+    """Requests of one container; extended resources default to their limits, as the API does."""
+    if not isinstance(container, Mapping):
+        errors.append(FieldError(where, f"must be an object, got {type(container).__name__}"))
+        return {}
+    resources = _map(container.get("resources"), f"{where}.resources", errors)
+    requests = _map(resources.get("requests"), f"{where}.resources.requests", errors)
+    limits = _map(resources.get("limits"), f"{where}.resources.limits", errors)
+    amounts: dict[str, int] = {}
+    for name, value in limits.items():
+        if name not in ("cpu", "memory", "ephemeral-storage") and name not in requests:
+            amounts[name] = _resource_amount(name, value, f"{where}.resources.limits", errors)
+    for name, value in requests.items():
+        amounts[name] = _resource_amount(name, value, f"{where}.resources.requests", errors)
+    return amounts
+
+
+def pod_requests(spec: Mapping[str, Any], errors: list[FieldError]) -> dict[str, int]:
+    """kube-scheduler's effective request: the sum over containers, at least the largest init
+    container's request for each resource, plus pod overhead."""
+    total: dict[str, int] = {}
+    for index, container in enumerate(_list(spec.get("containers"))):
+        for name, amount in _container_requests(
+            container, f"spec.containers[{index}]", errors
+        ).items():
+            total[name] = total.get(name, 0) + amount
+    for index, container in enumerate(_list(spec.get("initContainers"))):
+        for name, amount in _container_requests(
+            container, f"spec.initContainers[{index}]", errors
+        ).items():
+            total[name] = max(total.get(name, 0), amount)
+    for name, value in _map(spec.get("overhead"), "spec.overhead", errors).items():
+        total[name] = total.get(name, 0) + _resource_amount(name, value, "spec.overhead", errors)
+    for name, amount in total.items():
+        if amount > MAX_AMOUNT:
+            errors.append(FieldError(f"spec.containers[*].resources.{name}", "total is too large"))
+            total[name] = 0
+    return total
+
+
+def _requirements(
+    raw: object, where: str, errors: list[FieldError]
+) -> tuple[SelectorRequirement, ...]:
+    found = []
+    for index, item in enumerate(_list(raw)):
+        if not isinstance(item, Mapping) or "key" not in item or "operator" not in item:
+            errors.append(FieldError(f"{where}[{index}]", "needs key and operator"))
+            continue
+        operator = str(item["operator"])
+        values = tuple(str(v) for v in _list(item.get("values")))
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+            errors.append(
+                FieldError(f"{where}[{index}].operator", f"unknown operator {operator!r}")
+            )
+            continue
+        if operator in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER_RE.match(values[0])):
+            errors.append(
+                FieldError(f"{where}[{index}].values", f"{operator} needs one integer value")
+            )
+            continue
+        found.append(SelectorRequirement(str(item["key"]), operator, values))
+    return tuple(found)
+
+
+def _term(raw: Mapping[str, Any], where: str, errors: list[FieldError]) -> NodeSelectorTerm:
+    return NodeSelectorTerm(
+        _requirements(raw.get("matchExpressions"), f"{where}.matchExpressions", errors),
+        _requirements(raw.get("matchFields"), f"{where}.matchFields", errors),
+    )
+
+
+def _node_affinity(
+    spec: Mapping[str, Any], errors: list[FieldError]
+) -> tuple[tuple[NodeSelectorTerm, ...], tuple[tuple[int, NodeSelectorTerm], ...]]:
+    where = "spec.affinity.nodeAffinity"
+    affinity = _map(
+        _map(spec.get("affinity"), "spec.affinity", errors).get("nodeAffinity"), where, errors
+    )
+    required_raw = _map(
+        affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        f"{where}.requiredDuringSchedulingIgnoredDuringExecution",
+        errors,
+    )
+    required = tuple(
+        _term(
+            term,
+            f"{where}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]",
+            errors,
+        )
+        for i, term in enumerate(_list(required_raw.get("nodeSelectorTerms")))
+        if isinstance(term, Mapping)
+    )
+    preferred = []
+    for i, item in enumerate(
+        _list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    ):
+        item_where = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        weight = item.get("weight") if isinstance(item, Mapping) else None
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            errors.append(FieldError(f"{item_where}.weight", f"must be 1-100, got {weight!r}"))
+            continue
+        preferred.append(
+            (
+                weight,
+                _term(
+                    _map(item.get("preference"), f"{item_where}.preference", errors),
+                    f"{item_where}.preference",
+                    errors,
+                ),
+            )
+        )
+    return required, tuple(preferred)
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    found = []
+    for item in _list(spec.get("tolerations")):
+        if not isinstance(item, Mapping):
+            continue
+        found.append(
+            Toleration(
+                key=str(item.get("key") or ""),
+                operator=str(item.get("operator") or "Equal"),
+                value=str(item.get("value") or ""),
+                effect=str(item.get("effect") or ""),
+            )
+        )
+    return tuple(found)
+
+
+def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
+    """A PodInfo from a Pod's JSON. Never raises; problems land in `errors`."""
+    errors: list[FieldError] = []
+    metadata = _map(obj.get("metadata"), "metadata", errors)
+    spec = _map(obj.get("spec"), "spec", errors)
+    status = _map(obj.get("status"), "status", errors)
+    requests = pod_requests(spec, errors)
+    vector = np.array([requests.get(name, 0) for name in RESOURCES], dtype=np.int64)
+    vector[PODS] = 1
+    mig: dict[str, int] = {}
+    for name, amount in requests.items():
+        if is_mig_resource(name) and amount:
+            mig[name] = amount
+    annotations = _string_map(metadata.get("annotations"))
+    gpus = int(vector[GPU])
+    gpu_indices: tuple[int, ...] | None = None
+    if GPUS_ANNOTATION in annotations:
+        try:
+            gpu_indices = parse_gpus_annotation(annotations[GPUS_ANNOTATION], 1 << 16)
+        except ValueError as error:
+            errors.append(FieldError(f"metadata.annotations[{GPUS_ANNOTATION}]", str(error)))
+    policy = annotations.get(NVLINK_POLICY_ANNOTATION, "preferred")
+    if policy not in NVLINK_POLICIES:
+        errors.append(
+            FieldError(
+                f"metadata.annotations[{NVLINK_POLICY_ANNOTATION}]",
+                f"must be one of {', '.join(NVLINK_POLICIES)}, got {policy!r}",
+            )
+        )
+        policy = "preferred"
+    required, preferred = _node_affinity(spec, errors)
+    priority = spec.get("priority")
+    namespace = str(metadata.get("namespace") or "")
+    name = str(metadata.get("name") or "")
+    return PodInfo(
+        key=f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        priority=priority if isinstance(priority, int) else 0,
+        priority_class=str(spec.get("priorityClassName") or ""),
+        created=_timestamp(metadata.get("creationTimestamp")),
+        terminating=metadata.get("deletionTimestamp") is not None,
+        requests=vector,
+        gpus=gpus,
+        mig=mig,
+        gpu_indices=gpu_indices,
+        nvlink_policy=policy,
+        tolerations=_tolerations(spec),
+        node_selector=_string_map(spec.get("nodeSelector")),
+        required_terms=required,
+        preferred_terms=preferred,
+        labels=_string_map(metadata.get("labels")),
+        annotations=annotations,
+        errors=tuple(errors),
+    )
+
+
+def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
+    """A NodeInfo from a Node's JSON. Never raises; problems land in `errors`."""
+    errors: list[FieldError] = []
+    metadata = _map(obj.get("metadata"), "metadata", errors)
+    spec = _map(obj.get("spec"), "spec", errors)
+    status = _map(obj.get("status"), "status", errors)
+    allocatable_raw = _map(status.get("allocatable"), "status.allocatable", errors)
+    allocatable = np.zeros(len(RESOURCES), dtype=np.int64)
+    mig: dict[str, int] = {}
+    for name, value in allocatable_raw.items():
+        if name in RESOURCES:
+            allocatable[RESOURCES.index(name)] = _resource_amount(
+                name, value, "status.allocatable", errors
+            )
+        elif is_mig_resource(name):
+            amount = _resource_amount(name, value, "status.allocatable", errors)
+            if amount:
+                mig[name] = amount
+    annotations = _string_map(metadata.get("annotations"))
+    gpu_count = int(allocatable[GPU])
+    if gpu_count > MAX_NODE_GPUS:
+        errors.append(
+            FieldError(
+                f"status.allocatable.{GPU_RESOURCE}",
+                f"{gpu_count} GPUs exceed the {MAX_NODE_GPUS} per node this scheduler models; "
+                "the node is treated as having no GPUs",
+            )
+        )
+        gpu_count = 0
+        allocatable[GPU] = 0
+    domains = domains_for_node(annotations.get(NVLINK_DOMAINS_ANNOTATION), gpu_count)
+    if domains.error:
+        errors.append(
+            FieldError(
+                f"metadata.annotations[{NVLINK_DOMAINS_ANNOTATION}]",
+                f"{domains.error}; using the default layout for {gpu_count} GPUs",
+            )
+        )
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in _list(spec.get("taints"))
+        if isinstance(t, Mapping)
+    )
+    return NodeInfo(
+        name=str(metadata.get("name") or ""),
+        allocatable=allocatable,
+        mig=mig,
+        topology=domains.topology,
+        labels=_string_map(metadata.get("labels")),
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+        errors=tuple(errors),
+    )
+
+
+def sorted_errors(errors: Sequence[FieldError]) -> str:
+    """All errors of an object in one line, for an Event message."""
+    return "; ".join(str(error) for error in errors)
+
+
+__all__ = [
+    "CPU",
+    "EPHEMERAL",
+    "GPU",
+    "MEMORY",
+    "PODS",
+    "RESOURCES",
+    "FieldError",
+    "NodeInfo",
+    "NodeSelectorTerm",
+    "PodInfo",
+    "SelectorRequirement",
+    "Taint",
+    "Toleration",
+    "parse_node",
+    "parse_pod",
+]

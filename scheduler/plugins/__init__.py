@@ -1,0 +1,1 @@
+"""Filter and score plugins, each vectorized over every node row of the snapshot."""
