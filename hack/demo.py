@@ -1,6 +1,10 @@
-"""`make demo`: a local cluster with the three seed GPU node types, running until Ctrl-C.
+"""`make demo`: a local cluster with the three seed GPU node types, gpu-scheduler scheduling the
+example workloads on it, running until Ctrl-C.
 
-    python -m hack.demo [--count N] [--nodes NODES.yaml] [--work-dir DIR]
+    python -m hack.demo [--count N] [--nodes NODES.yaml] [--work-dir DIR] [--no-scheduler]
+
+The scheduler runs as `gpu-scheduler run` (its JSON log is in the logs folder); the workloads are
+manifests/examples/workloads.yaml.
 
 NODES.yaml, when given, is a list of node specs (fields of `hack.localcluster.NodeSpec`), e.g.
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import signal
 import sys
@@ -29,10 +34,40 @@ from hack.localcluster import (
     create_nodes,
     wait_nodes_ready,
 )
-from hack.localcluster.cluster import REPO_ROOT
+from hack.localcluster.cluster import REPO_ROOT, free_port
 from hack.localcluster.nodes import spec_from_mapping
 
 DEFAULT_WORK_DIR = REPO_ROOT / "_out" / "demo"
+WORKLOADS = REPO_ROOT / "manifests" / "examples" / "workloads.yaml"
+SETTLE_SECONDS = 3.0
+COLUMNS = ",".join(
+    [
+        "POD:.metadata.name",
+        "NODE:.spec.nodeName",
+        "GPUS:.metadata.annotations.gpu-scheduler\\.io/gpus",
+        "DOMAIN:.metadata.annotations.gpu-scheduler\\.io/nvlink-domain",
+        "STATUS:.status.phase",
+        "WHY:.status.conditions[?(@.type=='PodScheduled')].message",
+    ]
+)
+
+
+def start_scheduler(cluster: LocalCluster) -> str:
+    """`gpu-scheduler run` against the demo cluster, as one of the cluster's components; returns
+    its metrics URL."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "scheduler.cli",
+        "run",
+        f"--kubeconfig={cluster.kubeconfig}",
+        "--no-leader-elect",
+        f"--metrics-address=127.0.0.1:{port}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cluster.processes.start("gpu-scheduler", argv, env=env, cwd=REPO_ROOT)
+    return f"http://127.0.0.1:{port}/metrics"
 
 
 def load_specs(path: Path | None, count: int) -> list[NodeSpec]:
@@ -64,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         "--nodes", type=Path, help="YAML list of node specs instead of the seed types"
     )
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
+    parser.add_argument(
+        "--no-scheduler", action="store_true", help="only the cluster: no scheduler, no workloads"
+    )
     args = parser.parse_args(argv)
 
     specs = load_specs(args.nodes, args.count)
@@ -79,13 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     with cluster:
         names = asyncio.run(add_nodes(cluster.kubeconfig, specs))
         kubectl = cluster.binaries.kubectl if cluster.binaries else "kubectl"
+        scheduler_url = "not started" if args.no_scheduler else start_scheduler(cluster)
         print(
             f"\nlocal cluster ready in {cluster.started_in_s:.0f} s "
             f"with {len(names)} fake GPU nodes\n"
             f"  kubeconfig:  {cluster.kubeconfig}\n"
             f"  prometheus:  {cluster.prometheus_url}\n"
             f"  dcgm:        {cluster.dcgm_url}/metrics\n"
-            f"  logs:        {cluster.log_dir}\n\n"
+            f"  logs:        {cluster.log_dir}\n"
+            f"  scheduler:   {scheduler_url} (log: gpu-scheduler.log)\n\n"
             f"  {kubectl} --kubeconfig {cluster.kubeconfig} get nodes "
             "-o custom-columns=NAME:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
             "instance-type,"
@@ -94,6 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             "Ctrl-C stops it.",
             flush=True,
         )
+        if not args.no_scheduler:
+            print(cluster.kubectl("apply", "-f", str(WORKLOADS)).stdout, end="")
+            time.sleep(SETTLE_SECONDS)
+            print(
+                cluster.kubectl(
+                    "get", "pods", "-n", "demo", "-o", f"custom-columns={COLUMNS}"
+                ).stdout
+            )
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
         while not stop:

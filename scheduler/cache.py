@@ -111,6 +111,7 @@ class ClusterCache:
         self.unschedulable = np.zeros(rows, dtype=bool)  # unschedulable: (rows,)
         self.allocatable = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # (rows, resources)
         self.requested = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # (rows, resources)
+        self.free = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # allocatable - requested
         self.gpu_domain = np.full((rows, 0), -1, dtype=np.int32)  # gpu_domain: (rows, gpus)
         self.gpu_used = np.zeros((rows, 0), dtype=bool)  # gpu_used: (rows, gpus)
         self.free_per_domain = np.zeros((rows, 0), dtype=np.int32)  # (rows, domains)
@@ -143,6 +144,7 @@ class ClusterCache:
         self.unschedulable = _grown(self.unschedulable, new, False)
         self.allocatable = _grown(self.allocatable, new, 0)
         self.requested = _grown(self.requested, new, 0)
+        self.free = _grown(self.free, new, 0)
         self.gpu_domain = _grown(self.gpu_domain, new, -1)
         self.gpu_used = _grown(self.gpu_used, new, False)
         self.free_per_domain = _grown(self.free_per_domain, new, 0)
@@ -284,6 +286,7 @@ class ClusterCache:
         """Rebuild one node's usage from the pods counted on it (after a node change)."""
         name = self.names[row]
         self.requested[row] = 0
+        self.free[row] = self.allocatable[row]
         self.gpu_used[row] = False
         self.mig_requested[row] = 0
         states = [self.pods[key] for key in self.pods_on_node.get(name, ())]
@@ -299,6 +302,7 @@ class ClusterCache:
 
     def _charge(self, row: int, state: PodState, sign: int) -> None:
         self.requested[row] += sign * state.info.requests
+        self.free[row] = self.allocatable[row] - self.requested[row]
         for resource, amount in state.info.mig.items():
             mig_column = self._mig_column(resource)  # may widen the arrays: index after
             self.mig_requested[row, mig_column] += sign * amount

@@ -80,6 +80,21 @@ def place(cache: ClusterCache, pod: PodInfo, evaluation: Evaluation) -> Placemen
     return Placement(node, tuple(choice.gpus), int(choice.domain), score)
 
 
+def larger_than_any_node(pod: PodInfo, snapshot: Snapshot) -> str:
+    """A message when the pod asks for more GPUs than any node has at all ("" otherwise): no
+    eviction or scheduling can ever help, so the message says which request is too big."""
+    if pod.gpus == 0 or snapshot.node_count == 0:
+        return ""
+    largest = int(snapshot.gpu_total[snapshot.valid].max())
+    if pod.gpus <= largest:
+        return ""
+    return (
+        f"0/{snapshot.node_count} nodes are available: the pod requests {pod.gpus} "
+        f"nvidia.com/gpu (spec.containers[*].resources.limits) and the largest node has "
+        f"{largest}."
+    )
+
+
 class Scheduler:
     """The scheduling loop and its binding tasks."""
 
@@ -141,6 +156,10 @@ class Scheduler:
             self._unschedulable(queued, message, ("PodSpec",))
             return
         snapshot = Snapshot(self.cache)
+        too_big = larger_than_any_node(pod, snapshot)
+        if too_big:
+            self._unschedulable(queued, too_big, ("NodeResourcesFit",))
+            return
         evaluation = self.framework.evaluate(pod, snapshot)
         if evaluation.chosen == NO_NODE:
             message = evaluation.diagnosis.message(snapshot.valid)

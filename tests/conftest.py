@@ -23,6 +23,7 @@ from hack.localcluster import (
     wait_nodes_ready,
 )
 from tests.kube import make_namespace
+from tests.scheduling import TEST_LABEL
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -81,7 +82,9 @@ async def seed_nodes(core_api: client.CoreV1Api) -> list[str]:
 async def namespace(
     core_api: client.CoreV1Api, request: pytest.FixtureRequest
 ) -> AsyncIterator[str]:
-    """A fresh namespace for one test (with its default ServiceAccount), deleted afterwards."""
+    """A fresh namespace for one test (with its default ServiceAccount), deleted afterwards with
+    the nodes the test labelled as its own (`gpu-scheduler.io/test=<namespace>`)."""
     name = await make_namespace(core_api, request.node.name)
     yield name
     await core_api.delete_namespace(name)
+    await core_api.delete_collection_node(label_selector=f"{TEST_LABEL}={name}")

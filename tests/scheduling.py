@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -61,9 +62,12 @@ def settings_for(namespace: str, **overrides: Any) -> SchedulerConfig:
 
 
 @asynccontextmanager
-async def running_daemon(cluster: LocalCluster, settings: SchedulerConfig) -> AsyncIterator[Daemon]:
-    """A Daemon running in this event loop until the block ends (then stopped gracefully)."""
-    api = await api_client_for(str(cluster.kubeconfig))
+async def running_daemon(
+    cluster: LocalCluster, settings: SchedulerConfig, kubeconfig: Path | None = None
+) -> AsyncIterator[Daemon]:
+    """A Daemon running in this event loop until the block ends (then stopped gracefully),
+    talking to the cluster as the admin or as whoever `kubeconfig` names."""
+    api = await api_client_for(str(kubeconfig or cluster.kubeconfig))
     daemon = Daemon(settings, api)
     task = asyncio.create_task(daemon.run())
     try:

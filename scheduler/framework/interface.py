@@ -20,8 +20,9 @@ A cycle for one pod runs, in order:
    (reclaim) and returns the node it nominated, or None. Either way this cycle reports the pod
    unschedulable; it is retried when the freed room shows up as cluster events.
 5. Score (`ScorePlugin.score`): vectorized; returns (rows,) points in 0..100 for the feasible rows
-   (other rows are ignored). The framework adds `weight * points` over plugins and picks the best
-   node, ties broken by a seeded generator.
+   (other rows are ignored), or None when it has no preference for this pod (every node
+   equal). The framework adds `weight * points` over plugins and picks the best node, ties
+   broken by a seeded generator.
 
 Plugins must be pure with respect to the cluster: they read the snapshot and the pod, never the API.
 """
@@ -113,4 +114,4 @@ class ScorePlugin(Protocol):
 
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
-    ) -> FloatArray: ...
+    ) -> FloatArray | None: ...

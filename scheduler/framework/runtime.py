@@ -114,8 +114,13 @@ class Framework:
         per_plugin: dict[str, FloatArray] = {}
         for plugin in self.scores:
             points = plugin.score(pod, snapshot, state, feasible)  # points: (rows,)
+            if points is None:
+                continue
             per_plugin[plugin.name] = points
-            total += plugin.weight * points
+            if plugin.weight == 1.0:
+                total += points
+            else:
+                total += plugin.weight * points
         return per_plugin, total
 
     def evaluate(self, pod: PodInfo, snapshot: Snapshot, choose: bool = True) -> Evaluation:

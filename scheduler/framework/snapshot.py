@@ -45,6 +45,10 @@ class Snapshot:
         return self.cache.requested[: self.rows]
 
     @property
+    def free(self) -> npt.NDArray[np.int64]:  # (rows, resources): allocatable - requested
+        return self.cache.free[: self.rows]
+
+    @property
     def gpu_total(self) -> npt.NDArray[np.int64]:  # (rows,)
         return self.cache.allocatable[: self.rows, GPU]
 

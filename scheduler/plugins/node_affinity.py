@@ -89,12 +89,12 @@ class NodeAffinity:
 
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
-    ) -> FloatArray:
+    ) -> FloatArray | None:
         """Sum of the weights of matched preferred terms, scaled so the best feasible node
-        gets 100 (kube-scheduler's default normalization)."""
-        points = np.zeros(snapshot.rows, dtype=np.float64)  # points: (rows,)
+        gets 100 (kube-scheduler's default normalization); None without preferred terms."""
         if not pod.preferred_terms:
-            return points
+            return None
+        points = np.zeros(snapshot.rows, dtype=np.float64)  # points: (rows,)
         for weight, term in pod.preferred_terms:
             points += weight * term_matches(snapshot, term)
         best = points[feasible].max() if feasible.any() else 0.0

@@ -96,9 +96,11 @@ class NVLink:
     def narrow(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
     ) -> list[Rejection]:
-        if pod.gpus < 2:
+        scores = self.scores(pod, snapshot) if pod.gpus >= 2 else None
+        if scores is None:
             return []
-        in_one = (snapshot.free_per_domain >= pod.gpus).any(axis=1)  # in_one: (rows,)
+        single = scores.by_state.single_domain_possible  # single: (states,)
+        in_one = single[scores.state_of_row]  # in_one: (rows,)
         if not (feasible & in_one).any():
             return []
         failed = feasible & ~in_one  # failed: (rows,)
@@ -122,9 +124,9 @@ class NVLink:
 
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
-    ) -> FloatArray:
+    ) -> FloatArray | None:
         scores = self.scores(pod, snapshot)
         if scores is None:
-            return np.zeros(snapshot.rows, dtype=np.float64)
+            return None
         state.data[NAME] = scores
         return scores.normalized()  # (rows,)

@@ -24,7 +24,7 @@ class NodeResourcesFit:
     name = NAME
 
     def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
-        free = snapshot.allocatable - snapshot.requested  # free: (rows, resources)
+        free = snapshot.free  # free: (rows, resources)
         rejections = []
         for index in np.flatnonzero(pod.requests > 0):
             failed = free[:, index] < pod.requests[index]  # failed: (rows,)

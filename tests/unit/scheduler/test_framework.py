@@ -217,7 +217,7 @@ def test_choose_false_scores_without_choosing() -> None:
     evaluation = framework.evaluate(pod_info(gpus=1), Snapshot(cache), choose=False)
     assert evaluation.chosen == NO_NODE
     assert evaluation.diagnosis.feasible.all()
-    assert set(evaluation.scores) == {"NVLink", "NodeAffinity"}
+    assert set(evaluation.scores) == {"NVLink"}  # no preferred terms: NodeAffinity abstains
 
 
 def choices(seed: int, count: int = 30) -> list[int]:
@@ -282,7 +282,7 @@ def test_worked_example_one_gpu_pod_goes_to_the_half_used_small_node() -> None:
         "raw": 40.0,
     }
     assert list(evaluation.scores["NVLink"]) == [92.0, 31.0]
-    assert list(evaluation.scores["NodeAffinity"]) == [0.0, 0.0]
+    assert "NodeAffinity" not in evaluation.scores  # no preferred terms: it abstains
     assert list(evaluation.total) == [92.0, 31.0]
     assert cache.names[evaluation.chosen] == "g1"
     placement = place(cache, pod, evaluation)

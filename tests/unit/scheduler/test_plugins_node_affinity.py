@@ -184,8 +184,10 @@ def test_preferred_empty_term_scores_nothing() -> None:
     assert set(scores(pod).values()) == {0.0}
 
 
-def test_no_preference_or_no_match_scores_zero() -> None:
-    assert set(scores(pod_info()).values()) == {0.0}
+def test_no_preference_abstains_and_no_match_scores_zero() -> None:
+    snapshot = snapshot_of(*NODES)
+    mask = np.ones(snapshot.rows, dtype=bool)
+    assert NodeAffinity().score(pod_info(), snapshot, CycleState(), mask) is None
     pod = pod_info(affinity=node_affinity(preferred=[(10, term(expr("gpu", "In", "v100")))]))
     assert set(scores(pod).values()) == {0.0}
     assert set(scores(pod, feasible=[False] * 4).values()) == {0.0}

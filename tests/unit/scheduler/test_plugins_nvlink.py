@@ -169,9 +169,9 @@ def test_scores_follow_cluster_changes_with_one_plugin() -> None:
     ]
 
 
-def test_score_is_zero_for_pods_without_gpus() -> None:
+def test_score_abstains_for_pods_without_gpus() -> None:
     snapshot = snapshot_of(*NODES, pods=USED)
     state = CycleState()
     points = NVLink().score(pod_info(gpus=0), snapshot, state, np.ones(snapshot.rows, dtype=bool))
-    assert list(points) == [0.0] * len(NODES)
+    assert points is None
     assert "NVLink" not in state.data

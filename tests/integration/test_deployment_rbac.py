@@ -1,0 +1,110 @@
+"""The RBAC in manifests/ is enough for the scheduler: run it with that ServiceAccount's token."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+from pathlib import Path
+
+import yaml
+from kubernetes_asyncio import client
+
+from hack.localcluster import G2, LocalCluster
+from hack.localcluster.cluster import REPO_ROOT
+from tests.kube import eventually
+from tests.scheduling import (
+    isolated,
+    make_nodes,
+    our_pod,
+    pod_json,
+    running_daemon,
+    settings_for,
+    wait_bound,
+)
+
+MANIFEST_NAMESPACE = "gpu-scheduler"
+
+
+def _rbac_documents(namespace: str) -> list[dict[str, object]]:
+    """manifests/rbac.yaml moved into `namespace`, cluster-wide names made unique."""
+    documents = list(yaml.safe_load_all((REPO_ROOT / "manifests" / "rbac.yaml").read_text()))
+    text = yaml.safe_dump_all(documents)
+    text = text.replace(f"namespace: {MANIFEST_NAMESPACE}", f"namespace: {namespace}")
+    moved = list(yaml.safe_load_all(text))
+    for document in moved:
+        if document["kind"].startswith("Cluster"):
+            document["metadata"]["name"] = f"{namespace}-gpu-scheduler"
+        if document["kind"] == "ClusterRoleBinding":
+            document["roleRef"]["name"] = f"{namespace}-gpu-scheduler"
+    return moved
+
+
+def _token_kubeconfig(cluster: LocalCluster, token: str, path: Path) -> Path:
+    assert cluster.pki is not None
+    ca = base64.b64encode(cluster.pki.ca_cert.read_bytes()).decode()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "local",
+                        "cluster": {"server": cluster.server, "certificate-authority-data": ca},
+                    }
+                ],
+                "users": [{"name": "scheduler", "user": {"token": token}}],
+                "contexts": [
+                    {"name": "local", "context": {"cluster": "local", "user": "scheduler"}}
+                ],
+                "current-context": "local",
+            }
+        )
+    )
+    return path
+
+
+async def test_scheduler_runs_with_the_manifest_rbac(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    assert cluster.binaries is not None
+    await asyncio.to_thread(
+        subprocess.run,
+        [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
+        input=yaml.safe_dump_all(_rbac_documents(namespace)),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    token = await core_api.create_namespaced_service_account_token(
+        "gpu-scheduler", namespace, {"spec": {"expirationSeconds": 3600}}
+    )
+    kubeconfig = _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
+    await make_nodes(core_api, [isolated(G2, namespace)])
+    await core_api.create_namespaced_pod(namespace, our_pod(namespace, "fits", 2))
+    await core_api.create_namespaced_pod(namespace, our_pod(namespace, "too-big", 3))
+    settings = settings_for(
+        namespace,
+        leaderElection={
+            "enabled": True,
+            "leaseName": "gpu-scheduler",
+            "leaseNamespace": namespace,
+            "leaseDurationSeconds": 4,
+            "renewDeadlineSeconds": 3,
+            "retryPeriodSeconds": 0.5,
+        },
+    )
+    async with running_daemon(cluster, settings, kubeconfig) as daemon:
+        await wait_bound(core_api, namespace, "fits")
+
+        async def condition_written() -> bool:
+            pod = await pod_json(core_api, namespace, "too-big")
+            return bool(pod["status"].get("conditions"))
+
+        await eventually(condition_written, what="PodScheduled condition patched")
+        assert daemon.recorder.written >= 2  # Scheduled and FailedScheduling events
+    lease = await client.CoordinationV1Api(core_api.api_client).read_namespaced_lease(
+        "gpu-scheduler", namespace
+    )
+    assert lease.spec.lease_duration_seconds in (1, 4)  # released on stop, or still held
