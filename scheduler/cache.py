@@ -27,7 +27,8 @@ score see one consistent state without copying: the arrays are the snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -67,15 +68,21 @@ class GpuStateArrays(NamedTuple):
     used: npt.NDArray[np.int64]
 
 
+RESERVATION_PREFIX = "reservation:"
+"""Cache key prefix of the room held for a nominated pod."""
+
+
 @dataclass
 class PodState:
-    """A pod counted on a node, and the GPU indices it holds there."""
+    """A pod counted on a node, and the GPU indices it holds there (or a reservation)."""
 
     info: PodInfo
     node: str
     gpus: tuple[int, ...]
     assumed: bool
     binding_finished_at: float | None = None
+    reserved_at: float | None = None
+    """Set for a reservation: when reclaim nominated the node for the pod."""
 
 
 @dataclass
@@ -126,6 +133,8 @@ class ClusterCache:
         self.gpu_states: list[GpuStateKey] = []
         self._gpu_state_index: dict[GpuStateKey, int] = {}
         self._gpu_state_arrays: GpuStateArrays | None = None
+        self._released: dict[str, PodState] = {}
+        """Reservations taken out by `released` blocks now running, to restore at their end."""
         self.label_columns: dict[str, LabelColumn] = {}
 
     # -- arrays --------------------------------------------------------------------------------
@@ -306,8 +315,17 @@ class ClusterCache:
         for resource, amount in state.info.mig.items():
             mig_column = self._mig_column(resource)  # may widen the arrays: index after
             self.mig_requested[row, mig_column] += sign * amount
-        if state.gpus:
-            self.gpu_used[row, list(state.gpus)] = sign > 0
+        if state.gpus and sign > 0:
+            self.gpu_used[row, list(state.gpus)] = True
+
+    def _rebuild_gpu_used(self, row: int) -> None:
+        """Mark exactly the GPUs held by the states counted on the row (after a removal: a
+        reservation may hold the same GPUs as a leaving victim)."""
+        self.gpu_used[row] = False
+        for key in self.pods_on_node.get(self.names[row], ()):
+            gpus = self.pods[key].gpus
+            if gpus:
+                self.gpu_used[row, list(gpus)] = True
 
     def _pick_gpus(self, row: int, pod: PodInfo, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
         node = self.nodes[self.names[row]]
@@ -357,6 +375,7 @@ class ClusterCache:
         row = self.row_of.get(state.node)
         if row is not None:
             self._charge(row, state, sign=-1)
+            self._rebuild_gpu_used(row)
             if self._short_of_gpus(state.node):
                 self._recount_usage(row)  # an overcommitted pod can now get real GPUs
             else:
@@ -449,6 +468,72 @@ class ClusterCache:
             log.warning("assumed_pod_expired", pod=key, ttl_s=self.assumed_ttl)
             self._delete(key)
         return expired
+
+    # -- reservations and what-if ---------------------------------------------------------------
+
+    def _put(self, key: str, state: PodState) -> None:
+        """Count `state` exactly as given (GPU indices included), overlaps allowed."""
+        self.generation += 1
+        self.pods[key] = state
+        self.pods_on_node.setdefault(state.node, set()).add(key)
+        row = self.row_of.get(state.node)
+        if row is not None:
+            self._charge(row, state, sign=1)
+            self._recount_domains(row)
+
+    def reserve(self, pod: PodInfo, node: str, gpus: tuple[int, ...], now: float) -> None:
+        """Hold room on `node` for `pod` while the pods evicted for it terminate: its requests
+        count against the node and `gpus` stay in use for every other pod, also after the
+        victims are gone, until `drop_reservation` or `expire_reservations`."""
+        self.drop_reservation(pod.key)
+        state = PodState(pod, node, gpus, assumed=True, reserved_at=now)
+        self._put(RESERVATION_PREFIX + pod.key, state)
+
+    def reservation(self, pod_key: str) -> PodState | None:
+        return self.pods.get(RESERVATION_PREFIX + pod_key)
+
+    def drop_reservation(self, pod_key: str) -> None:
+        """Give the room back (also when called inside `released`: it is then not restored)."""
+        self._delete(RESERVATION_PREFIX + pod_key)
+        self._released.pop(RESERVATION_PREFIX + pod_key, None)
+
+    def expire_reservations(self, now: float, ttl: float) -> list[str]:
+        """Drop reservations older than `ttl` seconds; returns the pods they were for."""
+        expired = [
+            key.removeprefix(RESERVATION_PREFIX)
+            for key, state in self.pods.items()
+            if state.reserved_at is not None and now - state.reserved_at > ttl
+        ]
+        for pod_key in expired:
+            log.warning("reservation_expired", pod=pod_key, ttl_s=ttl)
+            self.drop_reservation(pod_key)
+        return expired
+
+    @contextmanager
+    def released(self, pod_key: str) -> Iterator[None]:
+        """Within the block, the pod's own reservation does not count (its cycle may use that
+        room); afterwards it is restored unless the block dropped or replaced it."""
+        key = RESERVATION_PREFIX + pod_key
+        state = self._delete(key)
+        if state is not None:
+            self._released[key] = state
+        try:
+            yield
+        finally:
+            kept = self._released.pop(key, None)
+            if kept is not None and key not in self.pods:
+                self._put(key, kept)
+
+    @contextmanager
+    def without(self, keys: Iterable[str]) -> Iterator[None]:
+        """Within the block the given pods are not counted (what-if for victim selection);
+        afterwards they are counted again with the same GPU indices."""
+        removed = [(key, state) for key in keys if (state := self._delete(key)) is not None]
+        try:
+            yield
+        finally:
+            for key, state in removed:
+                self._put(key, state)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -3,6 +3,8 @@
 gpu-scheduler run [--config FILE] [flags]        the scheduler daemon
 gpu-scheduler explain ...                        every node's verdict and score for a pod
 gpu-scheduler topology discover [...]            NVLink domains from `nvidia-smi topo -m`
+gpu-scheduler reclaim replay ...                 the idle verdict over recorded samples
+gpu-scheduler simulate ...                       placement policies over a cluster trace
 gpu-scheduler version
 """
 
@@ -37,11 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("version", help="print the version and exit")
     run = commands.add_parser("run", help="run the scheduler daemon")
     add_config_flags(run)
+    from reclaim.replay import add_reclaim_parser
     from scheduler.explain import add_explain_parser
+    from scheduler.simulate import add_simulate_parser
     from scheduler.topology_cli import add_topology_parser
 
     add_explain_parser(commands)
     add_topology_parser(commands)
+    add_reclaim_parser(commands)
+    add_simulate_parser(commands)
     return parser
 
 

@@ -405,6 +405,77 @@ class LeaderElectionConfig:
             )
 
 
+RECLAIM_MODES = ("off", "dry-run", "enforce")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _reclaim_mode(value: object) -> str:
+    if isinstance(value, str) and value in RECLAIM_MODES:
+        return value
+    raise _Invalid(f"must be one of {', '.join(RECLAIM_MODES)}, got {_show(value)}")
+
+
+def _optional_url(value: object) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        return value.rstrip("/")
+    raise _Invalid(f"must be an http(s) URL or empty, got {_show(value)}")
+
+
+def _label_name(value: object) -> str:
+    if isinstance(value, str) and _LABEL_NAME.fullmatch(value):
+        return value
+    raise _Invalid(f"must be a Prometheus label name, got {_show(value)}")
+
+
+def _power_models(value: object) -> dict[str, dict[str, float]]:
+    """`{modelName: {idleWatts: W, maxWatts: W}}` with 0 <= idle < max."""
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"must be a mapping of GPU model name to watts, got {_show(value)}")
+    models: dict[str, dict[str, float]] = {}
+    for model, watts in value.items():
+        if not isinstance(model, str) or not isinstance(watts, Mapping):
+            raise _Invalid(f"{_show(model)}: must map to {{idleWatts, maxWatts}}")
+        if set(watts) != {"idleWatts", "maxWatts"}:
+            raise _Invalid(f"{model}: needs exactly idleWatts and maxWatts, got {sorted(watts)}")
+        idle = _finite(watts["idleWatts"], "a number")
+        full = _finite(watts["maxWatts"], "a number")
+        if not 0 <= idle < full:
+            raise _Invalid(f"{model}: needs 0 <= idleWatts < maxWatts, got {idle:g} and {full:g}")
+        models[model] = {"idleWatts": idle, "maxWatts": full}
+    return models
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimConfig:
+    """Reclaim of idle GPUs (the PostFilter); see docs/reclaim.md."""
+
+    mode: str = field(default="off", metadata=_reads(_reclaim_mode))
+    """off: no reclaim; dry-run: decide, log, count and report "would evict" events, evict
+    nothing; enforce: evict through the Eviction API."""
+    cooldown_seconds: float = field(default=30.0, metadata=_reads(_positive_seconds))
+    """Minimum time between two reclaim attempts for the same pending pod."""
+    prometheus_url: str = field(default="", metadata=_reads(_optional_url))
+    """Base URL of the Prometheus that scrapes dcgm-exporter; empty: reclaim is skipped."""
+    prometheus_timeout_seconds: float = field(default=5.0, metadata=_reads(_positive_seconds))
+    """Time allowed for the usage query; slower means no eviction."""
+    scrape_interval_seconds: float = field(default=30.0, metadata=_reads(_positive_seconds))
+    """How often Prometheus scrapes dcgm-exporter; sets how many samples a window must hold."""
+    min_coverage: float = field(default=0.8, metadata=_reads(_fraction))
+    """Share of a window's expected samples a signal needs to count (fewer: not idle)."""
+    namespace_label: str = field(default="namespace", metadata=_reads(_label_name))
+    """Label carrying the pod's namespace on DCGM series (e.g. exported_namespace)."""
+    pod_label: str = field(default="pod", metadata=_reads(_label_name))
+    """Label carrying the pod's name on DCGM series (e.g. exported_pod)."""
+    power_models: dict[str, dict[str, float]] = field(
+        default_factory=dict, metadata=_reads(_power_models)
+    )
+    """Idle and full-load power per dcgm `modelName`, added to or replacing the built-in ones."""
+    reservation_seconds: float = field(default=300.0, metadata=_reads(_positive_seconds))
+    """How long the room freed for a nominated pod stays reserved for it."""
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """The whole configuration of one `gpu-scheduler run` process."""
@@ -430,9 +501,9 @@ class SchedulerConfig:
         default_factory=LeaderElectionConfig, metadata=_nested(LeaderElectionConfig)
     )
     """Leader election."""
-    # Extension point: further sections go here, e.g. `reclaim: ReclaimConfig = field(
-    # default_factory=ReclaimConfig, metadata=_nested(ReclaimConfig))`; the loader, overrides
-    # and unknown-key checks pick them up with no other change.
+    reclaim: ReclaimConfig = field(default_factory=ReclaimConfig, metadata=_nested(ReclaimConfig))
+    """Reclaim of idle GPUs when a pod fits nowhere."""
+    # Further sections go here; the loader, overrides and unknown-key checks pick them up.
 
     def __post_init__(self) -> None:
         _check_settings(self)

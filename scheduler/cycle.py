@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
@@ -95,6 +96,17 @@ def larger_than_any_node(pod: PodInfo, snapshot: Snapshot) -> str:
     )
 
 
+class PostFilter(Protocol):
+    """What runs when no node fits (reclaim): see `reclaim.postfilter.Reclaimer`."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def cooling_down(self, pod_key: str) -> bool: ...
+
+    async def attempt(self, pod: PodInfo) -> str | None: ...
+
+
 class Scheduler:
     """The scheduling loop and its binding tasks."""
 
@@ -111,6 +123,7 @@ class Scheduler:
         bind_timeout: float = 30.0,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
+        post_filter: PostFilter | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
         self.cache = cache
@@ -121,8 +134,9 @@ class Scheduler:
         self.bind_timeout = bind_timeout
         self.is_leader = is_leader
         self.clock = clock
+        self.post_filter = post_filter
         self._bind_slots = asyncio.Semaphore(bind_concurrency)
-        self._binds: set[asyncio.Task[None]] = set()
+        self._binds: set[asyncio.Task[Any]] = set()
         self._condition_messages: dict[str, str] = {}
         self.bound = 0
         self.unschedulable = 0
@@ -160,13 +174,17 @@ class Scheduler:
         if too_big:
             self._unschedulable(queued, too_big, ("NodeResourcesFit",))
             return
-        evaluation = self.framework.evaluate(pod, snapshot)
-        if evaluation.chosen == NO_NODE:
-            message = evaluation.diagnosis.message(snapshot.valid)
-            plugins = {r.plugin for r in evaluation.diagnosis.rejections}
-            self._unschedulable(queued, message, tuple(sorted(plugins)))
-            return
-        placement = place(self.cache, pod, evaluation)
+        with self.cache.released(pod.key):  # room reclaimed for this pod is its own
+            evaluation = self.framework.evaluate(pod, snapshot)
+            if evaluation.chosen == NO_NODE:
+                message = evaluation.diagnosis.message(snapshot.valid)
+                plugins = {r.plugin for r in evaluation.diagnosis.rejections}
+                self._unschedulable(queued, message, tuple(sorted(plugins)))
+                if evaluation.diagnosis.resolvable_nodes(snapshot.valid).any():
+                    self._post_filter(pod)
+                return
+            placement = place(self.cache, pod, evaluation)
+            self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
         self.cache.assume(pod, placement.node, placement.gpus)
         task = asyncio.get_running_loop().create_task(self._bind(queued, pod, placement))
@@ -174,6 +192,17 @@ class Scheduler:
         task.add_done_callback(self._binds.discard)
 
     # -- outcomes ------------------------------------------------------------------------------
+
+    def _post_filter(self, pod: PodInfo) -> None:
+        """Start a reclaim attempt in the background (it queries Prometheus and evicts); the pod
+        is retried when the freed room shows up as pod deletions."""
+        if self.post_filter is None or not self.post_filter.enabled:
+            return
+        if self.post_filter.cooling_down(pod.key):
+            return
+        task = asyncio.get_running_loop().create_task(self.post_filter.attempt(pod))
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
 
     def _log_decision(self, pod: PodInfo, placement: Placement, evaluation: Evaluation) -> None:
         scores = evaluation.state.data.get(NVLINK)

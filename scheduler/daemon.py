@@ -31,6 +31,9 @@ from kubernetes_asyncio import client, config
 
 from metrics.registry import Registry
 from metrics.server import make_app, start_server
+from reclaim.postfilter import PolicyStore, Reclaimer, UsageSource
+from reclaim.prometheus import PrometheusClient
+from reclaim.promql import LabelNames
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
 from scheduler.cycle import Scheduler
@@ -61,6 +64,19 @@ async def api_client_for(kubeconfig: str | None) -> client.ApiClient:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = 64
     return client.ApiClient(configuration)
+
+
+def usage_source(settings: SchedulerConfig) -> UsageSource | None:
+    """The Prometheus adapter reclaim measures usage with; None when reclaim is off or no
+    Prometheus is configured (reclaim then skips every attempt, saying why)."""
+    reclaim = settings.reclaim
+    if reclaim.mode == "off" or not reclaim.prometheus_url:
+        return None
+    return PrometheusClient(
+        reclaim.prometheus_url,
+        timeout_s=reclaim.prometheus_timeout_seconds,
+        label_names=LabelNames(namespace=reclaim.namespace_label, pod=reclaim.pod_label),
+    )
 
 
 def default_framework(settings: SchedulerConfig) -> Framework:
@@ -97,17 +113,32 @@ class Daemon:
         )
         identity = settings.leader_election.identity
         self.recorder = EventRecorder(api_client, settings.scheduler_name, identity)
+        framework = default_framework(settings)
+        self.policies = PolicyStore(self.recorder)
+        self.usage = usage_source(settings)
+        self.reclaimer = Reclaimer(
+            settings.reclaim,
+            self.cache,
+            framework,
+            api_client,
+            self.recorder,
+            self.policies,
+            self.usage,
+            clock=clock,
+            is_leader=lambda: self.elector.is_leader,
+        )
         self.scheduler = Scheduler(
             scheduler_name=settings.scheduler_name,
             cache=self.cache,
             queue=self.queue,
-            framework=default_framework(settings),
+            framework=framework,
             api_client=api_client,
             recorder=self.recorder,
             bind_concurrency=settings.binding.concurrency,
             bind_timeout=settings.binding.timeout_seconds,
             is_leader=lambda: self.elector.is_leader,
             clock=clock,
+            post_filter=self.reclaimer,
         )
         self.elector: Elector = (
             LeaderElector(api_client, settings.leader_election)
@@ -125,7 +156,7 @@ class Daemon:
             Informer(
                 "priorityclasses",
                 client.SchedulingV1Api(api_client).list_priority_class,
-                StoreOnly(),
+                self.policies,
             ),
             Informer(
                 "pdbs",
@@ -159,6 +190,24 @@ class Daemon:
             "gpu_scheduler_unschedulable_total",
             "Scheduling attempts that found no node.",
             reader=lambda: [((), float(self.scheduler.unschedulable))],
+        )
+        stats = self.reclaimer.stats
+        registry.counter(
+            "gpu_scheduler_reclaim_attempts_total",
+            "Reclaim attempts for pods that fit nowhere.",
+            reader=lambda: [((), float(stats.attempts))],
+        )
+        registry.counter(
+            "gpu_scheduler_reclaim_evictions_total",
+            "Victims evicted (or, in dry-run, that would have been), by result.",
+            ("result",),
+            reader=lambda: [((k,), float(v)) for k, v in sorted(stats.evictions.items())],
+        )
+        registry.counter(
+            "gpu_scheduler_reclaim_skips_total",
+            "Reclaim attempts that evicted nothing, by reason.",
+            ("reason",),
+            reader=lambda: [((k,), float(v)) for k, v in sorted(stats.skips.items())],
         )
         registry.gauge(
             "gpu_scheduler_is_leader",
@@ -198,6 +247,8 @@ class Daemon:
                 for task in tasks:
                     task.cancel()
         finally:
+            if isinstance(self.usage, PrometheusClient):
+                await self.usage.close()
             await self.recorder.drain()
             await runner.cleanup()
             log.info("daemon_stopped")
@@ -227,6 +278,11 @@ class Daemon:
         while True:
             await asyncio.sleep(CACHE_EXPIRY_INTERVAL_S)
             self.cache.expire_assumed(self.clock())
+            expired = self.cache.expire_reservations(
+                self.clock(), self.settings.reclaim.reservation_seconds
+            )
+            if expired:
+                self.queue.move_all_to_active_or_backoff("ReservationExpired")
 
     async def _schedule_while_leading(self) -> None:
         await asyncio.gather(*(informer.synced.wait() for informer in self.informers))

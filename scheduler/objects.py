@@ -117,6 +117,9 @@ class PodInfo:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     errors: tuple[FieldError, ...] = ()
+    scheduled_at: datetime | None = None
+    """When the pod was bound: its PodScheduled=True condition's lastTransitionTime (the API
+    server sets it on binding), else status.startTime; None while pending."""
 
     @property
     def bound(self) -> bool:
@@ -369,6 +372,16 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     priority = spec.get("priority")
     namespace = str(metadata.get("namespace") or "")
     name = str(metadata.get("name") or "")
+    scheduled_at = None
+    for condition in _list(status.get("conditions")):
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "PodScheduled"
+            and condition.get("status") == "True"
+        ):
+            scheduled_at = _timestamp(condition.get("lastTransitionTime"))
+    if scheduled_at is None and spec.get("nodeName"):
+        scheduled_at = _timestamp(status.get("startTime"))
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -394,6 +407,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         labels=_string_map(metadata.get("labels")),
         annotations=annotations,
         errors=tuple(errors),
+        scheduled_at=scheduled_at,
     )
 
 

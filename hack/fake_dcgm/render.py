@@ -79,9 +79,22 @@ def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(UUID_NAMESPACE, f'{node}/{index}')}"
 
 
+KNOWN_MODEL_NAMES = {
+    "NVIDIA-H200": "NVIDIA H200",
+    "NVIDIA-H100-80GB-HBM3": "NVIDIA H100 80GB HBM3",
+    "NVIDIA-A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB",
+    "NVIDIA-A100-SXM4-40GB": "NVIDIA A100-SXM4-40GB",
+}
+"""GPU feature discovery writes the NVML name with spaces turned into '-'; the way back is
+ambiguous, so known products map explicitly to the name dcgm-exporter reports."""
+
+
 def model_name(product: str | None) -> str:
-    """``nvidia.com/gpu.product`` as a model name: ``NVIDIA-H200`` -> ``NVIDIA H200``."""
-    return product.replace("-", " ") if product else ""
+    """``nvidia.com/gpu.product`` as dcgm-exporter's ``modelName``: ``NVIDIA-H200`` ->
+    ``NVIDIA H200``; unknown products get every '-' turned back into a space."""
+    if not product:
+        return ""
+    return KNOWN_MODEL_NAMES.get(product, product.replace("-", " "))
 
 
 def _gpu_labels(gpu: PhysicalGpu, mig: MigInstance | None, options: RenderOptions) -> Labels:

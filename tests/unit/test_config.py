@@ -58,6 +58,18 @@ FULL: dict[str, Any] = {
         "retryPeriodSeconds": 4.0,
         "identity": "replica-1",
     },
+    "reclaim": {
+        "mode": "dry-run",
+        "cooldownSeconds": 45.0,
+        "prometheusUrl": "http://prometheus.monitoring:9090",
+        "prometheusTimeoutSeconds": 3.0,
+        "scrapeIntervalSeconds": 15.0,
+        "minCoverage": 0.9,
+        "namespaceLabel": "exported_namespace",
+        "podLabel": "exported_pod",
+        "powerModels": {"NVIDIA A10": {"idleWatts": 20.0, "maxWatts": 150.0}},
+        "reservationSeconds": 120.0,
+    },
 }
 
 
@@ -430,9 +442,29 @@ def test_unknown_key_without_a_close_match_lists_the_known_keys() -> None:
 
 
 def test_unknown_top_level_sections_are_errors() -> None:
-    error = error_of({"reclaim": {"dryRun": True}})
-    assert error.key == "reclaim"
-    assert "unknown key 'reclaim'" in str(error)
+    error = error_of({"reclaimer": {"mode": "off"}})
+    assert error.key == "reclaimer"
+    assert "unknown key 'reclaimer'" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "message"),
+    [
+        ({"mode": "on"}, "reclaim.mode", "one of off, dry-run, enforce"),
+        ({"prometheusUrl": "prometheus:9090"}, "reclaim.prometheusUrl", "http(s) URL"),
+        ({"podLabel": "exported-pod"}, "reclaim.podLabel", "Prometheus label name"),
+        ({"minCoverage": 1.5}, "reclaim.minCoverage", "between 0 and 1"),
+        (
+            {"powerModels": {"NVIDIA A10": {"idleWatts": 200, "maxWatts": 150}}},
+            "reclaim.powerModels",
+            "idleWatts < maxWatts",
+        ),
+    ],
+)
+def test_reclaim_errors_name_the_key(data: dict[str, object], key: str, message: str) -> None:
+    error = error_of({"reclaim": data})
+    assert error.key == key
+    assert message in str(error)
 
 
 def test_unknown_override_keys_are_errors() -> None:

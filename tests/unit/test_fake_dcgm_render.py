@@ -191,12 +191,17 @@ def test_mig_instances_get_gr_engine_active_series_with_instance_labels() -> Non
 
 def test_model_name_and_driver_version() -> None:
     out = scrape(
-        [node("a", gpus=1, product="NVIDIA-A100-SXM4-80GB"), node("b", gpus=1, product=None)],
+        [
+            node("a", gpus=1, product="NVIDIA-A100-SXM4-80GB"),
+            node("b", gpus=1, product=None),
+            node("c", gpus=1, product="NVIDIA-L4-Special"),
+        ],
         [],
         Exporter(render_options=RenderOptions(driver_version="535.1")),
     )
     names = {s.get("Hostname"): s.get("modelName") for s in out.family("DCGM_FI_DEV_FB_USED")}
-    assert names == {"a": "NVIDIA A100 SXM4 80GB", "b": ""}
+    # dcgm-exporter's names for known products; unknown ones get their spaces back.
+    assert names == {"a": "NVIDIA A100-SXM4-80GB", "b": "", "c": "NVIDIA L4 Special"}
     assert {s.get("DCGM_FI_DRIVER_VERSION") for s in out.series} == {"535.1"}
 
 

@@ -423,3 +423,23 @@ def test_two_gpu_pod_lands_in_one_domain_when_some_node_allows(
     placement = place(cache, pod, evaluation)
     assert placement.domain != NO_DOMAIN
     assert np.isfinite(placement.score)
+
+
+def test_a_reservation_dropped_inside_released_stays_dropped() -> None:
+    """The preemptor's own cycle releases its reservation, places the pod and drops it: the room
+    must not come back as a phantom reservation when the block ends."""
+    cache = ClusterCache()
+    cache.add_or_update_node(parse_node(make_node("n", gpus=2, domains="0-1")))
+    pod = pod_info("preemptor", gpus=2)
+    cache.reserve(pod, "n", (0, 1), now=0.0)
+    with cache.released(pod.key):
+        assert cache.reservation(pod.key) is None
+        cache.drop_reservation(pod.key)
+    assert cache.reservation(pod.key) is None
+    assert int(cache.free_per_domain[cache.row_of["n"]].sum()) == 2
+    with cache.released("someone-else"):
+        pass
+    cache.reserve(pod, "n", (0, 1), now=0.0)
+    with cache.released(pod.key):
+        pass
+    assert cache.reservation(pod.key) is not None  # not dropped: restored

@@ -1,0 +1,531 @@
+"""`gpu-scheduler simulate`: placement quality of several policies on one trace, in process.
+
+    gpu-scheduler simulate --nodes NODES --pods PODS [--policy P1,P2,...] [--demand 1.3]
+        [--seed 0] [--sample] [--nvlink-domains COUNT=LAYOUT ...] [--config FILE] [-o json]
+
+NODES and PODS are openb CSV files (Alibaba cluster-trace-gpu-v2023) or native YAML; see
+`scheduler.simulate_trace` for both formats. Policies are those of `scheduler.simulate_policies`
+(default: all of gpu-scheduler, least-allocated, most-allocated, best-fit, random); each runs the
+scheduler's own cache and `Framework.evaluate` with the production filters, no API server.
+
+Method (after the ATC'23 fragmentation paper, Weng et al., "Beware of Fragmentation"):
+
+1. The workload is the input's whole-GPU pods and CPU-only pods. GPU-sharing pods (`gpu_milli`
+   below 1000) are left out, because the scheduler hands out whole GPUs only; how many were left
+   out is reported. CPU-only pods stay in and are placed by the policy under test, as in the
+   paper: they take cpu and memory, which can strand GPUs. `--gpu-pods-only` leaves them out
+   (the case where another scheduler places them on other nodes).
+2. Pods arrive one at a time, never leave, until the GPUs requested by the arrived pods reach
+   `demand` times the cluster's GPUs. Order: the input's order, repeated from the top when the
+   list runs out before the demand is reached (each pass is a fresh copy of every pod); with
+   `--sample`, each arrival is drawn uniformly with replacement from the workload by a generator
+   seeded with `--seed`. Every policy sees the same sequence.
+3. Each arrival is evaluated against every node; it goes to the chosen node, or is skipped when
+   no node fits it. The pod is committed with `ClusterCache.assume`.
+
+GPU indices inside the chosen node: gpu-scheduler uses `scheduler.cycle.place` (best NVLink
+domain). The baselines know nothing of NVLink; two choices are measured for them in the same run:
+the best one inside their node (`place`, as an NVLink-aware device plugin would choose; this is
+the occupancy the cache holds) and the naive one, the lowest-numbered free GPUs (kept on the
+side). A baseline's node choice never depends on which GPU indices are taken (its filters and
+score count GPUs only), so both are exact.
+
+Reported per policy:
+
+- `gpus_unallocated_pct`: GPUs not requested by any placed pod at the end, over all GPUs.
+- `pods_placed`, `pods_skipped`: arrivals placed, and arrivals that fit on no node
+  (`pods_skipped_multi_gpu`: those asking for 2 or more GPUs; `skipped_by_gpus`: by GPU count).
+- `multi_gpu_pods`: placed pods asking for 2 or more GPUs. `single_domain_pct`: of those, the
+  share whose GPUs lie inside one NVLink domain (best choice inside the node);
+  `single_domain_naive_pct`: the same with the lowest-numbered free GPUs (gpu-scheduler: equal
+  to `single_domain_pct`). `single_domain_possible`: multi-GPU pods for which, when they
+  arrived, some feasible node had a domain with enough free GPUs; `single_domain_when_possible_pct`:
+  the share of those placed inside one domain (gpu-scheduler's Narrow step makes this 100 %).
+  A pod asking for more GPUs than any domain holds (8 GPUs on two domains of 4) can never be
+  inside one domain.
+- `gpus_stranded`: free GPUs at the end on nodes that cannot take a pod of the workload's
+  largest GPU request now: the node has fewer free GPUs than that request, or less free cpu or
+  memory than the smallest cpu and memory among the workload's pods of that size. Nodes too
+  small ever to take such a pod count too (their free GPUs are usable only by smaller pods).
+- `wall_s`, `pods_per_s`: time to build the cache and place every arrival, and arrivals per
+  second of that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+from scheduler.cache import ClusterCache
+from scheduler.config import ConfigError, SchedulerConfig, load_config
+from scheduler.cycle import place
+from scheduler.framework.runtime import NO_NODE, Framework
+from scheduler.framework.snapshot import Snapshot
+from scheduler.objects import CPU, GPU, MEMORY, NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.simulate_policies import NVLINK_AWARE, POLICIES
+from scheduler.simulate_trace import (
+    TraceError,
+    TraceNode,
+    TracePod,
+    node_object,
+    parse_domain_overrides,
+    pod_object,
+    read_nodes,
+    read_pods,
+)
+from topology.occupancy import NO_DOMAIN
+
+DEFAULT_DEMAND = 1.3
+MULTI_GPU = 2
+"""Pods asking for at least this many GPUs are multi-GPU pods."""
+
+JsonObject = dict[str, Any]
+BoolArray = npt.NDArray[np.bool_]
+
+
+# -- the workload ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The arrival sequence every policy sees, and what it was built from.
+
+    `pods` are parsed pending pods with unique names (`<trace name>-a<arrival index>`).
+    `largest_gpus` is the largest GPU request among the arrivals (0 without GPU pods);
+    `largest_cpu` (millicores) and `largest_memory` (bytes) are the smallest cpu and memory
+    requests among the arrivals of that size.
+    """
+
+    pods: list[PodInfo]
+    source_pods: int
+    whole_gpu_pods: int
+    cpu_only_pods: int
+    cpu_only_excluded: int
+    gpu_sharing_excluded: int
+    gpus_requested: int
+    target_gpus: float
+    passes: int
+    sampled: bool
+    largest_gpus: int
+    largest_cpu: int
+    largest_memory: int
+
+
+def _parsed(pod: TracePod) -> PodInfo:
+    info = parse_pod(pod_object(pod))
+    if info.errors:
+        problems = "; ".join(str(e) for e in info.errors)
+        raise TraceError(f"pod {pod.name}: {problems}")
+    return info
+
+
+def build_workload(
+    pods: Sequence[TracePod],
+    cluster_gpus: int,
+    demand: float,
+    sample: bool,
+    seed: int,
+    cpu_pods: bool = True,
+) -> Workload:
+    """Arrivals until the requested GPUs reach `demand * cluster_gpus` (see the module
+    docstring); without `cpu_pods` the CPU-only pods are left out too. A workload without GPU
+    pods arrives once (trace order) or len(workload) times (sampling). `demand` must be > 0
+    (`ValueError`)."""
+    if not demand > 0 or not math.isfinite(demand):
+        raise ValueError(f"--demand must be a positive number, got {demand}")
+    eligible = [p for p in pods if not p.shares_gpu and (cpu_pods or p.gpus)]
+    templates = [_parsed(p) for p in eligible]
+    target = demand * cluster_gpus
+    gpus_per_pass = sum(t.gpus for t in templates)
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    requested = 0
+    passes = 0
+    if templates:
+        limit = len(templates) if gpus_per_pass == 0 else None
+        while requested < target and (limit is None or len(order) < limit):
+            if sample:
+                index = int(rng.integers(len(templates)))
+            else:
+                index = len(order) % len(templates)
+                passes += index == 0
+            order.append(index)
+            requested += templates[index].gpus
+    arrivals = [
+        replace(
+            templates[index],
+            name=f"{templates[index].name}-a{i}",
+            key=f"{templates[index].namespace}/{templates[index].name}-a{i}",
+        )
+        for i, index in enumerate(order)
+    ]
+    largest = max((p.gpus for p in arrivals), default=0)
+    sized = [p for p in arrivals if p.gpus == largest] if largest else []
+    return Workload(
+        pods=arrivals,
+        source_pods=len(pods),
+        whole_gpu_pods=sum(1 for p in eligible if p.gpus),
+        cpu_only_pods=sum(1 for p in eligible if not p.gpus),
+        cpu_only_excluded=0 if cpu_pods else sum(1 for p in pods if not p.gpus),
+        gpu_sharing_excluded=sum(1 for p in pods if p.shares_gpu),
+        gpus_requested=requested,
+        target_gpus=target,
+        passes=passes,
+        sampled=sample,
+        largest_gpus=largest,
+        largest_cpu=min((int(p.requests[CPU]) for p in sized), default=0),
+        largest_memory=min((int(p.requests[MEMORY]) for p in sized), default=0),
+    )
+
+
+def build_nodes(nodes: Sequence[TraceNode], layouts: Mapping[int, str]) -> list[NodeInfo]:
+    """Parsed nodes; a node the scheduler would flag (e.g. a bad NVLink layout) is an error."""
+    parsed = []
+    for node in nodes:
+        info = parse_node(node_object(node, layouts))
+        if info.errors:
+            problems = "; ".join(str(e) for e in info.errors)
+            raise TraceError(f"node {node.name}: {problems}")
+        parsed.append(info)
+    return parsed
+
+
+# -- one policy --------------------------------------------------------------------------------
+
+
+@dataclass
+class PolicyResult:
+    """Counters of one policy's run; `as_json` gives the reported figures."""
+
+    policy: str
+    gpus_total: int = 0
+    gpus_unallocated: int = 0
+    gpus_stranded: int = 0
+    pods_arrived: int = 0
+    pods_placed: int = 0
+    pods_skipped: int = 0
+    gpu_sharing_excluded: int = 0
+    cpu_only_excluded: int = 0
+    multi_gpu_pods: int = 0
+    single_domain: int = 0
+    single_domain_naive: int = 0
+    single_domain_possible: int = 0
+    single_domain_when_possible: int = 0
+    wall_s: float = 0.0
+    skipped_by_size: dict[int, int] = field(default_factory=dict)
+
+    def as_json(self) -> JsonObject:
+        def pct(part: int, whole: int) -> float | None:
+            return round(100.0 * part / whole, 2) if whole else None
+
+        return {
+            "policy": self.policy,
+            "gpus_total": self.gpus_total,
+            "gpus_unallocated": self.gpus_unallocated,
+            "gpus_unallocated_pct": pct(self.gpus_unallocated, self.gpus_total),
+            "gpus_stranded": self.gpus_stranded,
+            "gpus_stranded_pct": pct(self.gpus_stranded, self.gpus_total),
+            "pods_arrived": self.pods_arrived,
+            "pods_placed": self.pods_placed,
+            "pods_skipped": self.pods_skipped,
+            "pods_skipped_multi_gpu": sum(
+                v for k, v in self.skipped_by_size.items() if k >= MULTI_GPU
+            ),
+            "skipped_by_gpus": {str(k): v for k, v in sorted(self.skipped_by_size.items())},
+            "gpu_sharing_excluded": self.gpu_sharing_excluded,
+            "cpu_only_excluded": self.cpu_only_excluded,
+            "multi_gpu_pods": self.multi_gpu_pods,
+            "single_domain_pct": pct(self.single_domain, self.multi_gpu_pods),
+            "single_domain_naive_pct": pct(self.single_domain_naive, self.multi_gpu_pods),
+            "single_domain_possible": self.single_domain_possible,
+            "single_domain_when_possible_pct": pct(
+                self.single_domain_when_possible, self.single_domain_possible
+            ),
+            "wall_s": round(self.wall_s, 3),
+            "pods_per_s": round(self.pods_arrived / self.wall_s, 1) if self.wall_s else None,
+        }
+
+
+def _lowest_free_in_one_domain(node: NodeInfo, used: BoolArray, gpus: int) -> bool:
+    """Take the `gpus` lowest-numbered free GPUs of `used` (gpus,) in place; whether they lie
+    inside one NVLink domain."""
+    taken = np.flatnonzero(~used)[:gpus]  # taken: (gpus,)
+    used[taken] = True
+    domains = np.asarray(node.topology.gpu_domain_ids())[taken]  # domains: (gpus,)
+    return bool(domains.size) and bool((domains == domains[0]).all())
+
+
+def _stranded(cache: ClusterCache, workload: Workload) -> int:
+    """Free GPUs on nodes that cannot take a pod of the workload's largest GPU size now."""
+    if workload.largest_gpus == 0:
+        return 0
+    rows = cache.rows
+    free = cache.free[:rows]  # free: (rows, resources)
+    valid = cache.valid[:rows]  # valid: (rows,)
+    cannot = (  # cannot: (rows,)
+        (free[:, GPU] < workload.largest_gpus)
+        | (free[:, CPU] < workload.largest_cpu)
+        | (free[:, MEMORY] < workload.largest_memory)
+    )
+    return int(np.maximum(free[:, GPU], 0)[valid & cannot].sum())
+
+
+def simulate_policy(
+    policy: str, framework: Framework, nodes: Sequence[NodeInfo], workload: Workload
+) -> PolicyResult:
+    """Place every arrival of `workload` on a fresh cache of `nodes` with `framework`."""
+    started = time.perf_counter()
+    result = PolicyResult(policy, pods_arrived=len(workload.pods))
+    result.gpu_sharing_excluded = workload.gpu_sharing_excluded
+    result.cpu_only_excluded = workload.cpu_only_excluded
+    cache = ClusterCache()
+    for node in nodes:
+        cache.add_or_update_node(node)
+    snapshot = Snapshot(cache)
+    aware = policy in NVLINK_AWARE
+    naive_used = {n.name: np.zeros(n.topology.gpu_count, dtype=bool) for n in nodes}
+    for pod in workload.pods:
+        evaluation = framework.evaluate(pod, snapshot)
+        if evaluation.chosen == NO_NODE:
+            result.pods_skipped += 1
+            result.skipped_by_size[pod.gpus] = result.skipped_by_size.get(pod.gpus, 0) + 1
+            continue
+        placement = place(cache, pod, evaluation)
+        if pod.gpus >= MULTI_GPU:
+            feasible = evaluation.diagnosis.feasible  # feasible: (rows,)
+            room = (snapshot.free_per_domain >= pod.gpus).any(axis=1)  # room: (rows,)
+            possible = bool((feasible & room).any())
+            single = placement.domain != NO_DOMAIN
+            node = cache.nodes[placement.node]
+            naive = _lowest_free_in_one_domain(node, naive_used[placement.node], pod.gpus)
+            result.multi_gpu_pods += 1
+            result.single_domain += single
+            result.single_domain_naive += single if aware else naive
+            result.single_domain_possible += possible
+            result.single_domain_when_possible += possible and single
+        elif pod.gpus:
+            _lowest_free_in_one_domain(cache.nodes[placement.node], naive_used[placement.node], 1)
+        cache.assume(pod, placement.node, placement.gpus)
+        result.pods_placed += 1
+    rows = cache.rows
+    valid = cache.valid[:rows]  # valid: (rows,)
+    result.gpus_total = int(cache.allocatable[:rows, GPU][valid].sum())
+    used = np.minimum(cache.requested[:rows, GPU], cache.allocatable[:rows, GPU])  # (rows,)
+    result.gpus_unallocated = result.gpus_total - int(used[valid].sum())
+    result.gpus_stranded = _stranded(cache, workload)
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything one `simulate` invocation reports."""
+
+    nodes_path: Path
+    pods_path: Path
+    node_count: int
+    workload: Workload
+    demand: float
+    seed: int
+    results: list[PolicyResult]
+
+
+def simulate(
+    node_list: Sequence[TraceNode],
+    pod_list: Sequence[TracePod],
+    policies: Sequence[str],
+    *,
+    demand: float = DEFAULT_DEMAND,
+    seed: int = 0,
+    sample: bool = False,
+    cpu_pods: bool = True,
+    layouts: Mapping[int, str] | None = None,
+    settings: SchedulerConfig | None = None,
+) -> tuple[Workload, list[PolicyResult]]:
+    """Run each of `policies` (names in `POLICIES`; `ValueError` otherwise) on the same
+    workload; results in the order given."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        known = ", ".join(POLICIES)
+        raise ValueError(f"unknown policy {', '.join(unknown)} (known: {known})")
+    nodes = build_nodes(node_list, layouts or {})
+    cluster_gpus = sum(int(n.allocatable[GPU]) for n in nodes)
+    workload = build_workload(pod_list, cluster_gpus, demand, sample, seed, cpu_pods)
+    config = settings or SchedulerConfig()
+    results = [
+        simulate_policy(name, POLICIES[name](config, seed), nodes, workload) for name in policies
+    ]
+    return workload, results
+
+
+def _describe(run: Run) -> list[str]:
+    w = run.workload
+    gpus = run.results[0].gpus_total if run.results else 0
+    order = (
+        f"sampled with replacement (seed {run.seed})"
+        if w.sampled
+        else f"in trace order ({w.passes} pass{'es' if w.passes != 1 else ''})"
+    )
+    demand_pct = 100.0 * w.gpus_requested / gpus if gpus else 0.0
+    lines = [
+        f"nodes: {run.nodes_path} ({run.node_count} nodes, {gpus} GPUs)",
+        f"pods:  {run.pods_path} ({w.source_pods} pods: {w.whole_gpu_pods} whole-GPU, "
+        f"{w.cpu_only_pods} CPU-only, {w.gpu_sharing_excluded} GPU-sharing left out: "
+        "the scheduler allocates whole GPUs only"
+        + (
+            f"; {w.cpu_only_excluded} CPU-only left out: --gpu-pods-only"
+            if w.cpu_only_excluded
+            else ""
+        )
+        + ")",
+        f"arrivals: {len(w.pods)} {order}, no departures; GPUs requested {w.gpus_requested} "
+        f"= {demand_pct:.1f} % of the cluster (--demand {run.demand:g})",
+    ]
+    if w.largest_gpus:
+        lines.append(
+            f"stranded: free GPUs on nodes that cannot take a {w.largest_gpus}-GPU pod "
+            f"(< {w.largest_gpus} free GPUs, < {w.largest_cpu}m cpu or "
+            f"< {w.largest_memory // 2**20}Mi memory free)"
+        )
+    return lines
+
+
+def _cell(value: object, suffix: str = "") -> str:
+    return "-" if value is None else f"{value}{suffix}"
+
+
+def render_table(run: Run) -> str:
+    """The header lines and one row per policy."""
+    header = [
+        "POLICY",
+        "PLACED",
+        "SKIPPED",
+        "SKIPPED_MULTI_GPU",
+        "GPUS_UNALLOCATED",
+        "GPUS_STRANDED",
+        "MULTI_GPU",
+        "ONE_DOMAIN",
+        "ONE_DOMAIN_NAIVE",
+        "WHEN_POSSIBLE",
+        "WALL_S",
+        "PODS/S",
+    ]
+    lines = [header]
+    for result in run.results:
+        row = result.as_json()
+        lines.append(
+            [
+                row["policy"],
+                str(row["pods_placed"]),
+                str(row["pods_skipped"]),
+                str(row["pods_skipped_multi_gpu"]),
+                f"{row['gpus_unallocated']} ({_cell(row['gpus_unallocated_pct'], ' %')})",
+                f"{row['gpus_stranded']} ({_cell(row['gpus_stranded_pct'], ' %')})",
+                str(row["multi_gpu_pods"]),
+                _cell(row["single_domain_pct"], " %"),
+                _cell(row["single_domain_naive_pct"], " %"),
+                f"{_cell(row['single_domain_when_possible_pct'], ' %')} "
+                f"of {row['single_domain_possible']}",
+                f"{row['wall_s']:.2f}",
+                _cell(row["pods_per_s"]),
+            ]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    table = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
+    return "\n".join([*_describe(run), "", *table])
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """The `simulate` subcommand: 0 on success, 2 on bad input."""
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    try:
+        settings = load_config(args.config, {}, {}) if args.config else SchedulerConfig()
+        layouts = parse_domain_overrides(args.nvlink_domains or [])
+        node_list = read_nodes(args.nodes)
+        pod_list = read_pods(args.pods)
+        workload, results = simulate(
+            node_list,
+            pod_list,
+            policies,
+            demand=args.demand,
+            seed=args.seed,
+            sample=args.sample,
+            cpu_pods=not args.gpu_pods_only,
+            layouts=layouts,
+            settings=settings,
+        )
+    except (ConfigError, OSError, ValueError, yaml.YAMLError) as error:
+        print(f"gpu-scheduler simulate: {error}", file=sys.stderr)
+        return 2
+    run = Run(args.nodes, args.pods, len(node_list), workload, args.demand, args.seed, results)
+    if args.output == "json":
+        print(json.dumps([r.as_json() for r in results], indent=2))
+    else:
+        print(render_table(run))
+    return 0
+
+
+def add_simulate_parser(commands: Any) -> None:
+    """Add the `simulate` subcommand to an argparse subparsers object (handler: run_simulate)."""
+    parser = commands.add_parser(
+        "simulate",
+        help="compare placement policies on a node list and a pod trace, in process",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--nodes", type=Path, required=True, help="node list: openb CSV or YAML with `nodes:`"
+    )
+    parser.add_argument(
+        "--pods", type=Path, required=True, help="pod list: openb CSV or YAML with `pods:`"
+    )
+    parser.add_argument(
+        "--policy",
+        default=",".join(POLICIES),
+        help=f"comma-separated policies to compare (default: {','.join(POLICIES)})",
+    )
+    parser.add_argument(
+        "--demand",
+        type=float,
+        default=DEFAULT_DEMAND,
+        help="stop when the arrived pods request this many times the cluster's GPUs (1.3)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of sampling and tie-breaks")
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="draw arrivals with replacement from the pod list instead of trace order",
+    )
+    parser.add_argument(
+        "--gpu-pods-only",
+        action="store_true",
+        help="leave the CPU-only pods out too (as when another scheduler places them)",
+    )
+    parser.add_argument(
+        "--nvlink-domains",
+        action="append",
+        metavar="COUNT=LAYOUT",
+        help="NVLink layout for nodes with COUNT GPUs, e.g. 8=0-3,4-7 (repeatable; default: "
+        "2 GPUs one domain, 4 two of 2, 8 two of 4)",
+    )
+    parser.add_argument(
+        "--config", type=Path, default=None, metavar="FILE", help="scheduler configuration YAML"
+    )
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.set_defaults(handler=run_simulate)

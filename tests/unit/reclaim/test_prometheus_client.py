@@ -1,0 +1,354 @@
+"""The Prometheus client: typed errors, one request per attempt, and GpuWindow assembly.
+
+A tiny aiohttp server on 127.0.0.1 stands in for Prometheus here, only to produce the answers
+a real one rarely gives on demand (errors, slowness) and a canned vector whose every number is
+known. The real Prometheus is exercised in tests/integration/test_prometheus_adapter.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from reclaim.prometheus import (
+    Correction,
+    PrometheusClient,
+    PrometheusError,
+    PrometheusQueryFailed,
+    PrometheusUnavailable,
+    occupancy_corrections,
+)
+from reclaim.promql import SIGNAL_LABEL, LabelNames, holders_query, usage_query
+from reclaim.signals import GpuWindow
+
+SLOW_S = 1.0
+WINDOW_S = 60.0
+
+
+@dataclass
+class StandIn:
+    """The stand-in server: `answers` maps a query text to its JSON body; `seen` records the
+    form of every request to the canned endpoint."""
+
+    base: str
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seen: list[dict[str, str]] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+async def stand_in() -> AsyncIterator[StandIn]:
+    app = web.Application()
+    server = StandIn(base="")
+
+    async def canned(request: web.Request) -> web.Response:
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        server.seen.append(form)
+        body = server.answers.get(form.get("query", ""))
+        if body is None:
+            return web.json_response({"status": "success", "data": _vector([])})
+        return web.json_response(body)
+
+    async def error_json(request: web.Request) -> web.Response:
+        body = {"status": "error", "errorType": "execution", "error": "query too expensive"}
+        return web.json_response(body, status=422)
+
+    async def http_500(request: web.Request) -> web.Response:
+        return web.Response(status=500, text="<html>internal proxy error</html>")
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(SLOW_S)
+        return web.json_response({"status": "success", "data": _vector([])})
+
+    async def matrix(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {"resultType": "matrix"}})
+
+    async def not_json(request: web.Request) -> web.Response:
+        return web.Response(text="hello")
+
+    routes = {
+        "canned": canned,
+        "error": error_json,
+        "http500": http_500,
+        "slow": slow,
+        "matrix": matrix,
+        "notjson": not_json,
+    }
+    for prefix, handler in routes.items():
+        app.router.add_route("*", f"/{prefix}/api/v1/query", handler)
+    runner = web.AppRunner(app, shutdown_timeout=SLOW_S * 2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    server.base = f"http://{host}:{port}"
+    try:
+        yield server
+    finally:
+        await runner.cleanup()
+
+
+def _vector(result: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"resultType": "vector", "result": result}
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_error_json_is_a_prometheus_error(stand_in: StandIn) -> None:
+    async with PrometheusClient(f"{stand_in.base}/error") as client:
+        with pytest.raises(PrometheusError) as caught:
+            await client.query("up")
+    error = caught.value
+    assert (error.status, error.error_type, error.error) == (
+        422,
+        "execution",
+        "query too expensive",
+    )
+    assert f"{stand_in.base}/error/api/v1/query" in str(error)
+    assert error.reason == "error"
+    assert isinstance(error, PrometheusQueryFailed)
+
+
+async def test_http_500_is_a_prometheus_error(stand_in: StandIn) -> None:
+    async with PrometheusClient(f"{stand_in.base}/http500/") as client:
+        with pytest.raises(PrometheusError) as caught:
+            await client.query("up")
+    assert caught.value.status == 500
+    assert "internal proxy error" in str(caught.value)
+    assert f"{stand_in.base}/http500/api/v1/query" in str(caught.value)
+
+
+@pytest.mark.parametrize("prefix", ["matrix", "notjson"])
+async def test_answers_that_are_not_a_vector_are_errors(stand_in: StandIn, prefix: str) -> None:
+    async with PrometheusClient(f"{stand_in.base}/{prefix}") as client:
+        with pytest.raises(PrometheusError) as caught:
+            await client.query("up")
+    assert caught.value.error_type == "bad_response"
+
+
+async def test_slow_answer_is_unavailable(stand_in: StandIn) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with PrometheusClient(f"{stand_in.base}/slow", timeout_s=0.2) as client:
+        with pytest.raises(PrometheusUnavailable) as caught:
+            await client.query("up")
+    assert loop.time() - started < SLOW_S
+    assert "no answer within 0.2 s" in str(caught.value)
+    assert caught.value.reason == "unavailable"
+
+
+async def test_closed_port_is_unavailable() -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    async with PrometheusClient(url) as client:
+        with pytest.raises(PrometheusUnavailable) as caught:
+            await client.usage_windows([("ns", "pod")], WINDOW_S)
+    assert f"{url}/api/v1/query" in str(caught.value)
+
+
+async def test_credentials_stay_out_of_messages() -> None:
+    client = PrometheusClient(f"http://user:secret@127.0.0.1:{closed_port()}")
+    assert "secret" not in client.url
+    with pytest.raises(PrometheusUnavailable) as caught:
+        await client.query("up")
+    await client.close()
+    assert "secret" not in str(caught.value)
+
+
+async def test_a_session_passed_in_is_used_and_left_open(stand_in: StandIn) -> None:
+    async with aiohttp.ClientSession() as session:
+        client = PrometheusClient(f"{stand_in.base}/canned", session=session)
+        assert await client.query("up") == []
+        await client.close()
+        assert not session.closed
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        PrometheusClient("localhost:9090")
+    with pytest.raises(ValueError, match="timeout"):
+        PrometheusClient("http://localhost:9090", timeout_s=0)
+
+
+# The canned answer: pod ns1/a holds GPU 0 of n1 (shared with ns9/other, not a candidate) and
+# GPU 1 (alone); ns1/b holds MIG instance 3 on GPU 7 of n2 (GR engine only, as on real MIG);
+# ns2/a matches the batched selector's cross product but was not asked for; ns1/gone has no
+# series at all.
+A, B, GONE = ("ns1", "a"), ("ns1", "b"), ("ns1", "gone")
+N1_GPU0 = {"Hostname": "n1", "gpu": "0", "modelName": "NVIDIA H200"}
+N1_GPU1 = {"Hostname": "n1", "gpu": "1", "modelName": "NVIDIA H200"}
+N2_MIG = {"Hostname": "n2", "gpu": "7", "GPU_I_ID": "3", "modelName": "NVIDIA H200"}
+
+
+def element(signal: str, pod: tuple[str, str], gpu: dict[str, str], value: str) -> dict[str, Any]:
+    metric = {SIGNAL_LABEL: signal, "namespace": pod[0], "pod": pod[1], **gpu}
+    if signal == "holder":
+        metric.pop("modelName", None)
+    return {"metric": metric, "value": [1_700_000_000.5, value]}
+
+
+CANNED = [
+    element("util_count", A, N1_GPU0, "60"),
+    element("util_sum", A, N1_GPU0, "1200"),
+    element("power_count", A, N1_GPU0, "60"),
+    element("power_sum", A, N1_GPU0, "12000"),
+    element("energy_count", A, N1_GPU0, "60"),
+    element("energy_increase", A, N1_GPU0, "11940000"),
+    element("holder", A, N1_GPU0, "1"),
+    element("holder", ("ns9", "other"), N1_GPU0, "1"),
+    element("util_count", A, N1_GPU1, "58"),
+    element("util_sum", A, N1_GPU1, "NaN"),  # not finite: util absent
+    element("power_count", A, N1_GPU1, "58"),
+    element("power_sum", A, N1_GPU1, "5800"),
+    element("energy_count", A, N1_GPU1, "1"),  # one counter sample: no increase
+    element("holder", A, N1_GPU1, "1"),
+    element("engine_count", B, N2_MIG, "59"),
+    element("engine_sum", B, N2_MIG, "2.95"),
+    element("holder", B, N2_MIG, "1"),
+    element("util_count", ("ns2", "a"), N1_GPU1, "60"),
+    element("util_sum", ("ns2", "a"), N1_GPU1, "6000"),
+]
+
+
+async def test_usage_windows_from_one_batched_request(stand_in: StandIn) -> None:
+    pods = [A, B, GONE, A]
+    query = usage_query([A, B, GONE], WINDOW_S)
+    stand_in.answers[query] = {"status": "success", "data": _vector(CANNED)}
+    stand_in.seen.clear()
+    async with PrometheusClient(f"{stand_in.base}/canned", timeout_s=2.5) as client:
+        windows = await client.usage_windows(pods, WINDOW_S)
+    assert stand_in.seen == [{"query": query, "timeout": "2.5"}]
+    assert windows == {
+        A: [
+            GpuWindow(
+                gpu="0",
+                model="NVIDIA H200",
+                window_s=WINDOW_S,
+                util_samples=60,
+                util_mean_pct=20.0,
+                power_samples=60,
+                power_mean_w=200.0,
+                energy_samples=60,
+                energy_increase_mj=11_940_000.0,
+                sharing_pods=2,
+            ),
+            GpuWindow(
+                gpu="1",
+                model="NVIDIA H200",
+                window_s=WINDOW_S,
+                power_samples=58,
+                power_mean_w=100.0,
+            ),
+        ],
+        B: [
+            GpuWindow(
+                gpu="7",
+                model="NVIDIA H200",
+                window_s=WINDOW_S,
+                engine_samples=59,
+                engine_mean=2.95 / 59,
+                mig_instance="3",
+            )
+        ],
+        GONE: [],
+    }
+
+
+async def test_no_pods_no_request(stand_in: StandIn) -> None:
+    stand_in.seen.clear()
+    async with PrometheusClient(f"{stand_in.base}/canned") as client:
+        assert await client.usage_windows([], WINDOW_S) == {}
+    assert stand_in.seen == []
+
+
+async def test_exported_label_names(stand_in: StandIn) -> None:
+    labels = LabelNames.exported()
+    query = usage_query([A], WINDOW_S, labels)
+    metric = {SIGNAL_LABEL: "util_count", "exported_namespace": "ns1", "exported_pod": "a"}
+    metric |= {"namespace": "gpu-operator", "pod": "dcgm-exporter-x", **N1_GPU0}
+    result = [
+        {"metric": metric, "value": [1.0, "30"]},
+        {"metric": {**metric, SIGNAL_LABEL: "util_sum"}, "value": [1.0, "300"]},
+    ]
+    stand_in.answers[query] = {"status": "success", "data": _vector(result)}
+    async with PrometheusClient(f"{stand_in.base}/canned", label_names=labels) as client:
+        windows = await client.usage_windows([A], WINDOW_S)
+    assert [(w.gpu, w.util_samples, w.util_mean_pct) for w in windows[A]] == [("0", 30, 10.0)]
+
+
+async def test_gpu_holders(stand_in: StandIn) -> None:
+    rows = [("ns1", "a", "n1", "0"), ("ns9", "o", "n1", "0"), ("ns1", "a", "n1", "1")]
+    rows.append(("ns1", "c", "n2", "x"))  # not a GPU index: ignored
+    result = [
+        {"metric": {"namespace": ns, "pod": pod, "Hostname": node, "gpu": gpu}, "value": [1, "1"]}
+        for ns, pod, node, gpu in rows
+    ]
+    stand_in.answers[holders_query()] = {"status": "success", "data": _vector(result)}
+    async with PrometheusClient(f"{stand_in.base}/canned") as client:
+        holders = await client.gpu_holders()
+    assert holders == {("n1", 0): {A, ("ns9", "o")}, ("n1", 1): {A}}
+
+
+@pytest.mark.parametrize(
+    ("holders", "recorded", "expected"),
+    [
+        pytest.param(
+            {("n1", 0): {A}, ("n1", 1): {A}},
+            {A: ("n1", (1, 0))},
+            [],
+            id="as recorded",
+        ),
+        pytest.param(
+            {("n1", 2): {A}, ("n1", 3): {A}},
+            {A: ("n1", (0, 1))},
+            [Correction("ns1", "a", "n1", (2, 3), "n1", (0, 1))],
+            id="other GPUs",
+        ),
+        pytest.param(
+            {("n2", 0): {A}},
+            {A: ("n1", (0,))},
+            [Correction("ns1", "a", "n2", (0,), "n1", (0,))],
+            id="other node",
+        ),
+        pytest.param(
+            {("n1", 5): {B, A}},
+            {A: ("n1", (5,))},
+            [Correction("ns1", "b", "n1", (5,), None, None)],
+            id="bound by another scheduler, sharing",
+        ),
+        pytest.param({}, {A: ("n1", (0,))}, [], id="no metrics yet proves nothing"),
+        pytest.param(
+            {("n1", 0): {A}, ("n2", 0): {A}},
+            {A: ("n2", (1,))},
+            [Correction("ns1", "a", "n2", (0,), "n2", (1,))],
+            id="name reused: compared on the recorded node",
+        ),
+        pytest.param({("n1", 0): {A}, ("n2", 0): {A}}, {}, [], id="ambiguous, unrecorded"),
+    ],
+)
+def test_occupancy_corrections(
+    holders: dict[tuple[str, int], set[tuple[str, str]]],
+    recorded: dict[tuple[str, str], tuple[str, tuple[int, ...]]],
+    expected: list[Correction],
+) -> None:
+    assert occupancy_corrections(holders, recorded) == expected
+
+
+def test_correction_kinds_and_text() -> None:
+    moved = Correction("ns", "p", "n2", (2, 3), "n1", (0, 1))
+    assert moved.kind == "other-node"
+    assert moved.describe() == "ns/p holds GPUs 2,3 on n2 (recorded 0,1 on n1)"
+    unrecorded = Correction("ns", "p", "n2", (2,), None, None)
+    assert unrecorded.kind == "unrecorded"
+    assert unrecorded.describe() == "ns/p holds GPUs 2 on n2 (no recorded choice)"
+    assert Correction("ns", "p", "n1", (2,), "n1", (1,)).kind == "other-gpus"
