@@ -83,6 +83,9 @@ class PodState:
     binding_finished_at: float | None = None
     reserved_at: float | None = None
     """Set for a reservation: when reclaim nominated the node for the pod."""
+    observed: bool = False
+    """The GPU indices come from dcgm-exporter (what the device plugin really gave the pod),
+    not from the scheduler's choice or the fill order; they are kept on later updates."""
 
 
 @dataclass
@@ -430,7 +433,9 @@ class ClusterCache:
                 and existing.node == pod.node_name
                 and existing.info.gpus == pod.gpus
                 and existing.info.mig == pod.mig
-                and (pod.gpu_indices is None or pod.gpu_indices == existing.gpus)
+                and (
+                    pod.gpu_indices is None or pod.gpu_indices == existing.gpus or existing.observed
+                )
             ):
                 self._replace_info(existing, pod)
                 return
@@ -468,6 +473,24 @@ class ClusterCache:
             log.warning("assumed_pod_expired", pod=key, ttl_s=self.assumed_ttl)
             self._delete(key)
         return expired
+
+    def correct_gpus(self, pod_key: str, node: str, gpus: tuple[int, ...]) -> bool:
+        """Record the GPU indices a bound pod really holds (from dcgm-exporter); True when the
+        cache changed. Pods not counted on `node`, assumed pods and reservations are left alone,
+        as are indices the node does not have."""
+        state = self.pods.get(pod_key)
+        if state is None or state.assumed or state.node != node or node not in self.nodes:
+            return False
+        if tuple(sorted(state.gpus)) == tuple(sorted(gpus)) and state.observed:
+            return False
+        if len(gpus) != state.info.gpus or any(
+            g >= self.nodes[node].topology.gpu_count for g in gpus
+        ):
+            return False
+        self._delete(pod_key)
+        self._insert(state.info, node, tuple(sorted(gpus)), assumed=False)
+        self.pods[pod_key].observed = True
+        return True
 
     # -- reservations and what-if ---------------------------------------------------------------
 

@@ -12,6 +12,7 @@ Tasks:
 | leader-election | competes for the Lease (or always leads when disabled)                |
 | scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
 |                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
+| allocation-tracking | with reclaim on: GPU indices pods really hold, from dcgm-exporter |
 | http            | /metrics, /healthz, /readyz                                           |
 
 Stop (SIGTERM/SIGINT, or `Daemon.stop()`): the queue closes, so no new cycle starts; in-flight
@@ -31,6 +32,7 @@ from kubernetes_asyncio import client, config
 
 from metrics.registry import Registry
 from metrics.server import make_app, start_server
+from reclaim.allocation import AllocationTracker
 from reclaim.postfilter import PolicyStore, Reclaimer, UsageSource
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
@@ -116,6 +118,11 @@ class Daemon:
         framework = default_framework(settings)
         self.policies = PolicyStore(self.recorder)
         self.usage = usage_source(settings)
+        self.allocation = (
+            AllocationTracker(self.cache, self.usage)
+            if isinstance(self.usage, PrometheusClient)
+            else None
+        )
         self.reclaimer = Reclaimer(
             settings.reclaim,
             self.cache,
@@ -242,6 +249,8 @@ class Daemon:
                     self._guarded("leader-election", self.elector.run, group),
                     self._guarded("scheduling", self._schedule_while_leading, group),
                 ]
+                if self.allocation is not None:
+                    tasks.append(self._guarded("allocation-tracking", self.allocation.run, group))
                 await self._stopping.wait()
                 await self._graceful_stop()
                 for task in tasks:

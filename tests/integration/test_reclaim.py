@@ -373,3 +373,31 @@ async def _has_pod_series(cluster: LocalCluster, namespace: str, pod: str) -> bo
         f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{namespace}",pod="{pod}"}}',
     )
     return bool(found)
+
+
+async def test_an_invalid_policy_is_reported_and_protects_its_pods(
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str
+) -> None:
+    scheduling = client.SchedulingV1Api(api_client)
+    name = f"{namespace}-broken"[:60]
+    broken = {**policy(500), POLICY + "toleration-seconds": "-5"}
+    await scheduling.create_priority_class(
+        {"metadata": {"name": name, "annotations": broken}, "value": 10}
+    )
+    events = client.EventsV1Api(api_client)
+    try:
+        async with running_daemon(cluster, reclaim_settings(cluster, namespace)) as daemon:
+
+            async def reported() -> str | None:
+                found = await events.list_namespaced_event(
+                    "default", field_selector=f"regarding.name={name}"
+                )
+                notes = [e.note for e in found.items if e.reason == "InvalidReclaimPolicy"]
+                return notes[0] if notes else None
+
+            note = await eventually(reported, what="an InvalidReclaimPolicy event")
+            assert daemon.policies.policy(name).status.value == "invalid"
+    finally:
+        await scheduling.delete_priority_class(name)
+    assert POLICY + "toleration-seconds" in note and '"-5"' in note
+    assert note.endswith("(its pods are not reclaimed)")
