@@ -37,6 +37,18 @@ def _room_changed(old: NodeInfo | None, new: NodeInfo) -> bool:
     )
 
 
+def _node_fields(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What scheduling reads from a Node; kubelet/kwok heartbeats change none of it."""
+    metadata = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    return (
+        metadata.get("labels"),
+        metadata.get("annotations"),
+        obj.get("spec"),
+        status.get("allocatable"),
+    )
+
+
 class NodeHandler:
     """Informer handler for Nodes."""
 
@@ -62,6 +74,8 @@ class NodeHandler:
             self.queue.move_all_to_active_or_backoff("NodeAdd" if old is None else "NodeUpdate")
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        if _node_fields(old) == _node_fields(new):
+            return  # a heartbeat (conditions, images, ...): nothing the filters read changed
         self.on_add(new)
 
     def on_delete(self, obj: Mapping[str, Any]) -> None:
@@ -82,6 +96,10 @@ class NodeHandler:
             uid = str((obj.get("metadata") or {}).get("uid") or "")
             ref = ObjectRef("Node", node.name, "", uid)
             self.recorder.emit(ref, WARNING, "InvalidNodeTopology", "Scheduling", problems)
+
+
+def _finished(obj: Mapping[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -135,8 +153,8 @@ class PodHandler:
             self.queue.delete(pod.key)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        if _same_spec(old, new) and not (new.get("spec") or {}).get("nodeName"):
-            return  # only status or bookkeeping changed (e.g. our own PodScheduled condition)
+        if _same_spec(old, new) and _finished(old) == _finished(new):
+            return  # only status or bookkeeping changed (our condition, the kubelet's status)
         self.on_add(new)
 
     def on_delete(self, obj: Mapping[str, Any]) -> None:

@@ -1,0 +1,748 @@
+"""gpu-scheduler against kube-scheduler on one real control plane, beside a bare binding loop.
+
+    python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 200] [--seed 0]
+        [--settle-seconds 15] [-o json]
+
+For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
+kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
+types in equal shares. Then, one after the other and each in a fresh namespace, the same seeded pod
+set (1, 2, 4 or 8 GPUs in the shares 40/30/20/10 %, nodeSelector `type=kwok`) goes to:
+
+- ceiling: schedulerName nobody serves; as soon as a pod's create returns, a loop in this
+  process POSTs its binding to a node planned beforehand (next fit by GPU count), through a token
+  bucket of `qps` per second and burst `2 * qps`, at most 64 in flight: the fastest any scheduler
+  could bind here;
+- gpu-scheduler: `python -m scheduler.cli run` as a child process, leader election off, every
+  other setting at its default (info logging, 16 bindings in flight);
+- kube-scheduler: the cluster's own, `clientConnection.qps` / `burst` = `qps` / `2 * qps`.
+
+Rate limits: kube-scheduler (and kube-controller-manager) get `--qps` through
+`ClusterConfig.client_qps`. gpu-scheduler's kubernetes_asyncio client has no QPS limiter at all;
+what bounds its request rate is its binding concurrency (16) and its own CPU.
+
+Pods are created by this process, `--create-concurrency` requests at a time, while the scheduler
+under test is already running; the pod set and its order are the same in every run. Between runs
+the pods are deleted (grace 0) and the benchmark waits until the namespace lists none, so each run
+starts on empty nodes. A run ends when every pod is bound, or when no pod was bound for
+`--settle-seconds` after the last one was created; pods still unbound are reported as pending
+(1,000 nodes hold 4,664 GPUs; 5,000 pods of this mix ask for about 13,000).
+
+Measured per run, on this process's monotonic clock:
+
+- pods/s: pods bound / (last bound - first create request sent);
+- latency p50 / p99: from the moment a pod's create request is sent to the moment a watch in this
+  process sees its spec.nodeName set (creationTimestamp has 1 s resolution, so it is not used);
+- CPU s per 1,000 pods: utime + stime of the scheduler process (/proc/<pid>/stat) from the first
+  create to the last bound, sampled every 0.25 s, per 1,000 pods bound;
+- peak RSS: VmHWM of the scheduler process (/proc/<pid>/status) after the run. gpu-scheduler's
+  process lives for its run only; kube-scheduler's lives through the whole benchmark, so its
+  high-water mark is reset (/proc/<pid>/clear_refs) before its run;
+- one domain: of the bound pods asking for 2 or 4 GPUs (no NVLink domain of the seed types holds
+  8), the share whose GPUs lie inside one domain: gpu-scheduler's from its `gpu-scheduler.io/gpus`
+  annotation; kube-scheduler chooses nodes only, so its pods get the best choice inside the node
+  it picked (`topology.occupancy.choose_gpus`, replaying each node's pods in creation order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import logging
+import math
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, cast
+
+import numpy as np
+import structlog
+import yaml
+from kubernetes_asyncio import client
+
+from hack.localcluster import (
+    SEED_NODE_TYPES,
+    ClusterConfig,
+    LocalCluster,
+    NodeSpec,
+    create_nodes,
+    wait_nodes_ready,
+)
+from hack.localcluster.cluster import REPO_ROOT, free_port
+from hack.localcluster.processes import Component
+from scheduler.daemon import api_client_for
+from scheduler.informer import Informer, KubeObject
+from topology.domains import NodeTopology, parse_domains
+from topology.occupancy import GPUS_ANNOTATION, choose_gpus, parse_gpus_annotation
+
+POD_SIZES = (1, 2, 4, 8)
+DEFAULT_MIX = (0.4, 0.3, 0.2, 0.1)
+NOBODY = "bench-nobody"
+KUBE_SCHEDULER = "default-scheduler"
+KWOK_SELECTOR: Mapping[str, str] = {"type": "kwok"}
+SAMPLE_INTERVAL_S = 0.25
+POLL_INTERVAL_S = 0.1
+MAX_RUN_S = 3600.0
+READY_TIMEOUT_S = 120.0
+NODES_READY_TIMEOUT_S = 1800.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Options:
+    """One benchmark's knobs; the same for every run of it."""
+
+    pods: int = 5000
+    qps: int = 200
+    """Client rate limit of kube-scheduler and of the ceiling loop (burst twice this)."""
+    seed: int = 0
+    mix: tuple[float, ...] = DEFAULT_MIX
+    """Shares of pods asking for 1, 2, 4 and 8 GPUs."""
+    settle_s: float = 15.0
+    """A run with pods left unbound ends this long after the last pod was bound or created."""
+    create_concurrency: int = 32
+    bind_concurrency: int = 64
+    """Bindings in flight at once in the ceiling loop."""
+    node_selector: Mapping[str, str] = field(default_factory=lambda: dict(KWOK_SELECTOR))
+    gpu_scheduler_name: str = "gpu-scheduler"
+    namespace_prefix: str = "bench"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    nodes: int
+    run: str
+    pods: int
+    bound: int
+    pending: int
+    gpus_bound: int
+    seconds: float
+    pods_per_s: float
+    p50_ms: float
+    p99_ms: float
+    cpu_s: float | None
+    cpu_s_per_1000_pods: float | None
+    peak_rss_mib: float | None
+    multi_gpu_pods: int
+    one_domain_pods: int
+    one_domain_pct: float | None
+
+
+# -- the cluster and the pod set ---------------------------------------------------------------
+
+
+def node_specs(
+    count: int, prefix: str = "", labels: Mapping[str, str] | None = None
+) -> list[NodeSpec]:
+    """`count` nodes of the seed types in equal shares (the first types take the remainder)."""
+    kinds = len(SEED_NODE_TYPES)
+    return [
+        replace(
+            spec,
+            type_name=prefix + spec.type_name,
+            count=count // kinds + (1 if index < count % kinds else 0),
+            labels={**spec.labels, **(labels or {})},
+        )
+        for index, spec in enumerate(SEED_NODE_TYPES)
+    ]
+
+
+def topologies_of(specs: Sequence[NodeSpec]) -> dict[str, NodeTopology]:
+    """NVLink domains of every node of `specs`, by node name."""
+    topologies: dict[str, NodeTopology] = {}
+    for spec in specs:
+        topology = parse_domains(spec.nvlink_domains or "", spec.gpus)
+        topologies.update(dict.fromkeys(spec.node_names(), topology))
+    return topologies
+
+
+def pod_sizes(count: int, seed: int, mix: Sequence[float] = DEFAULT_MIX) -> list[int]:
+    """GPUs asked by each pod of the set, in creation order (seeded)."""
+    rng = np.random.default_rng(seed)
+    shares = np.asarray(mix, dtype=float)  # shares: (sizes,)
+    return [int(g) for g in rng.choice(POD_SIZES, size=count, p=shares / shares.sum())]
+
+
+def pod_name(index: int) -> str:
+    return f"p-{index:05d}"
+
+
+def pod_manifest(
+    name: str, gpus: int, scheduler_name: str, node_selector: Mapping[str, str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": dict(node_selector),
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.invalid/cuda-job:1",
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def plan_bindings(sizes: Sequence[int], capacity: Sequence[tuple[str, int]]) -> dict[int, str]:
+    """Node for each pod index the ceiling loop binds: next fit by free GPUs, in pod order.
+
+    Pods that fit nowhere are left out. Free GPUs only shrink, so once a size fits nowhere no
+    larger pod is tried again.
+    """
+    free = [gpus for _, gpus in capacity]
+    plan: dict[int, str] = {}
+    cursor, too_big = 0, math.inf
+    for index, need in enumerate(sizes):
+        if need >= too_big:
+            continue
+        for step in range(len(free)):
+            row = (cursor + step) % len(free)
+            if free[row] >= need:
+                free[row] -= need
+                plan[index] = capacity[row][0]
+                cursor = row
+                break
+        else:
+            too_big = need
+    return plan
+
+
+def nvlink_quality(
+    order: Sequence[str],
+    sizes: Mapping[str, int],
+    nodes: Mapping[str, str],
+    annotated: Mapping[str, str | None],
+    topologies: Mapping[str, NodeTopology],
+) -> tuple[int, int]:
+    """(bound pods a domain could hold asking for more than one GPU, those inside one domain).
+
+    Pods are replayed per node in `order`; a pod's GPUs are its annotation's when it has one,
+    else the best choice among the node's GPUs still free (`choose_gpus`).
+    """
+    largest = max((len(d) for t in topologies.values() for d in t.domains), default=0)
+    used: dict[str, np.ndarray] = {}
+    eligible = inside = 0
+    for name in order:
+        node = nodes.get(name)
+        if node is None or node not in topologies:
+            continue
+        topology = topologies[node]
+        mask = used.setdefault(node, np.zeros(topology.gpu_count, dtype=np.bool_))  # (gpus,)
+        size = sizes[name]
+        text = annotated.get(name)
+        if text:
+            gpus = parse_gpus_annotation(text, topology.gpu_count)
+        else:
+            choice = choose_gpus(topology, mask, size)
+            gpus = choice.gpus if choice is not None else ()
+        mask[list(gpus)] = True
+        if 1 < size <= largest:
+            eligible += 1
+            if gpus and any(set(gpus) <= set(domain) for domain in topology.domains):
+                inside += 1
+    return eligible, inside
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+class ProcessMeter:
+    """CPU time and peak RSS of one process, from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of every thread of the process, in seconds."""
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
+
+    def peak_rss_mib(self) -> float:
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no VmHWM for process {self.pid}")
+
+    def reset_peak(self) -> None:
+        """Start the high-water mark again from the current RSS (Linux >= 4.0)."""
+        with open(f"/proc/{self.pid}/clear_refs", "w") as clear:
+            clear.write("5")
+
+
+class BoundPods:
+    """Informer handler: when this process first saw each pod bound, where, and which GPUs."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.at: dict[str, float] = {}
+        self.node: dict[str, str] = {}
+        self.gpus: dict[str, str | None] = {}
+
+    def _see(self, obj: KubeObject) -> None:
+        metadata = obj.get("metadata") or {}
+        name = metadata.get("name", "")
+        node = (obj.get("spec") or {}).get("nodeName")
+        if not node or name in self.at:
+            return
+        self.at[name] = self.clock()
+        self.node[name] = node
+        self.gpus[name] = (metadata.get("annotations") or {}).get(GPUS_ANNOTATION)
+
+    def on_add(self, obj: KubeObject) -> None:
+        self._see(obj)
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self._see(new)
+
+    def on_delete(self, obj: KubeObject) -> None:
+        pass
+
+
+class TokenBucket:
+    """client-go's client-side rate limit: `qps` tokens a second, at most `burst` saved up."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.qps, self.burst, self.clock = qps, burst, clock
+        self.tokens = float(burst)
+        self.last = clock()
+
+    async def take(self) -> None:
+        while True:
+            now = self.clock()
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.qps)
+            self.last = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) / self.qps)
+
+
+async def _expect_ok(response: Any, what: str) -> None:
+    """Check a raw (`_preload_content=False`) response and release it."""
+    try:
+        if not 200 <= response.status <= 299:
+            body = (await response.read()).decode(errors="replace")[:300]
+            raise RuntimeError(f"{what}: HTTP {response.status}: {body}")
+    finally:
+        response.release()
+
+
+async def fresh_namespace(core: client.CoreV1Api, name: str) -> str:
+    """Create namespace `name` and wait for its default ServiceAccount (pods need it)."""
+    await core.create_namespace(cast(Any, {"metadata": {"name": name}}))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        accounts = await core.list_namespaced_service_account(name)
+        if any(sa.metadata.name == "default" for sa in accounts.items):
+            return name
+        await asyncio.sleep(POLL_INTERVAL_S)
+    raise TimeoutError(f"no default ServiceAccount in namespace {name}")
+
+
+async def clear_namespace(
+    core: client.CoreV1Api,
+    namespace: str,
+    pending: Sequence[str],
+    bound: Sequence[str],
+    concurrency: int,
+) -> None:
+    """Delete the run's pods (grace 0), the pending ones first so that no scheduler places them
+    in the room the others leave; wait until none is listed, then delete the namespace.
+
+    One DELETE per pod: a delete-collection of thousands of pods outlasts the API server's
+    request timeout."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def delete(name: str) -> None:
+        async with gate:
+            response: Any = await core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=0, _preload_content=False
+            )
+            if response.status != 404:
+                await _expect_ok(response, f"delete {name}")
+            else:
+                response.release()
+
+    await asyncio.gather(*(delete(name) for name in pending))
+    await asyncio.gather(*(delete(name) for name in bound))
+    deadline = time.monotonic() + MAX_RUN_S
+    while time.monotonic() < deadline:
+        listed: Any = await core.list_namespaced_pod(namespace, limit=1, _preload_content=False)
+        items = json.loads(await listed.read())["items"]
+        listed.release()
+        if not items:
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise TimeoutError(f"pods of {namespace} still listed after {MAX_RUN_S:.0f} s")
+    await core.delete_namespace(namespace, _preload_content=False)
+    await asyncio.sleep(2.0)  # let every watcher (the schedulers' caches) catch up
+
+
+async def run_pods(
+    api: client.ApiClient,
+    label: str,
+    scheduler_name: str,
+    sizes: Sequence[int],
+    topologies: Mapping[str, NodeTopology],
+    options: Options,
+    meter: ProcessMeter | None = None,
+    plan: Mapping[int, str] | None = None,
+) -> RunResult:
+    """Create the pod set for `scheduler_name` and wait until it is bound (see the module
+    docstring). With `plan`, this process binds the planned pods itself (the ceiling)."""
+    core = client.CoreV1Api(api)
+    clock = time.monotonic
+    namespace = await fresh_namespace(core, f"{options.namespace_prefix}-{label}")
+    seen = BoundPods(clock)
+    informer = Informer(
+        f"bench-{label}", functools.partial(core.list_namespaced_pod, namespace), seen
+    )
+    names = [pod_name(i) for i in range(len(sizes))]
+    target = len(plan) if plan is not None else len(names)
+    created: dict[str, float] = {}
+    samples: list[tuple[float, float]] = []
+    create_gate = asyncio.Semaphore(options.create_concurrency)
+    bind_gate = asyncio.Semaphore(options.bind_concurrency)
+    bucket = TokenBucket(options.qps, 2 * options.qps, clock)
+    binds: set[asyncio.Task[None]] = set()
+    creation_done = 0.0
+
+    async def bind(name: str, node: str) -> None:
+        async with bind_gate:
+            await bucket.take()
+            body = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+            response = await core.create_namespaced_pod_binding(
+                name, namespace, cast(Any, body), _preload_content=False
+            )
+            await _expect_ok(response, f"bind {name}")
+
+    async def create(index: int) -> None:
+        name = names[index]
+        manifest = pod_manifest(name, sizes[index], scheduler_name, options.node_selector)
+        async with create_gate:
+            created[name] = clock()
+            response = await core.create_namespaced_pod(
+                namespace, cast(Any, manifest), _preload_content=False
+            )
+            await _expect_ok(response, f"create {name}")
+        if plan is not None and index in plan:
+            task = asyncio.create_task(bind(name, plan[index]))
+            binds.add(task)
+            task.add_done_callback(binds.discard)
+
+    async def create_all() -> None:
+        nonlocal creation_done
+        await asyncio.gather(*(create(i) for i in range(len(names))))
+        creation_done = clock()
+
+    async def sample() -> None:
+        while meter is not None:
+            samples.append((clock(), meter.cpu_seconds()))
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+    watch = asyncio.create_task(informer.run())
+    sampler = asyncio.create_task(sample())
+    try:
+        await informer.synced.wait()
+        cpu_start = meter.cpu_seconds() if meter is not None else 0.0
+        creating = asyncio.create_task(create_all())
+        deadline = clock() + MAX_RUN_S
+        while len(seen.at) < target and clock() < deadline:
+            await asyncio.sleep(POLL_INTERVAL_S)
+            if creating.done():
+                creating.result()  # raise a creation failure here
+                last = max([creation_done, *seen.at.values()])
+                if clock() - last > options.settle_s:
+                    break
+        await creating
+        for task in list(binds):
+            await task
+        samples.append((clock(), meter.cpu_seconds() if meter is not None else 0.0))
+    finally:
+        for task in (watch, sampler):
+            task.cancel()
+        await asyncio.gather(watch, sampler, return_exceptions=True)
+
+    bound = [n for n in names if n in seen.at]
+    first = min(created.values())
+    last_bound = max((seen.at[n] for n in bound), default=first)
+    elapsed = last_bound - first
+    latencies = sorted(seen.at[n] - created[n] for n in bound)
+    cpu_s = per_1000 = peak = None
+    if meter is not None:
+        cpu_end = next((cpu for t, cpu in samples if t >= last_bound), samples[-1][1])
+        cpu_s = cpu_end - cpu_start
+        per_1000 = cpu_s * 1000 / len(bound) if bound else None
+        peak = meter.peak_rss_mib()
+    eligible = inside = 0
+    if plan is None:
+        size_of = dict(zip(names, sizes, strict=True))
+        eligible, inside = nvlink_quality(names, size_of, seen.node, seen.gpus, topologies)
+    pending = [n for n in names if n not in seen.at]
+    await clear_namespace(core, namespace, pending, bound, options.create_concurrency)
+    return RunResult(
+        nodes=len(topologies),
+        run=label,
+        pods=len(names),
+        bound=len(bound),
+        pending=len(names) - len(bound),
+        gpus_bound=sum(size for name, size in zip(names, sizes, strict=True) if name in seen.at),
+        seconds=elapsed,
+        pods_per_s=len(bound) / elapsed if elapsed > 0 else 0.0,
+        p50_ms=_percentile(latencies, 0.50) * 1000,
+        p99_ms=_percentile(latencies, 0.99) * 1000,
+        cpu_s=cpu_s,
+        cpu_s_per_1000_pods=per_1000,
+        peak_rss_mib=peak,
+        multi_gpu_pods=eligible,
+        one_domain_pods=inside,
+        one_domain_pct=100.0 * inside / eligible if eligible else None,
+    )
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+# -- the schedulers ----------------------------------------------------------------------------
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def start_gpu_scheduler(cluster: LocalCluster, scheduler_name: str) -> Component:
+    """`python -m scheduler.cli run` as a component of the cluster (so its teardown covers it),
+    leader election off; returns once its caches have synced."""
+    port = free_port()
+    config = cluster.work_dir / f"{scheduler_name}-bench.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "schedulerName": scheduler_name,
+                "leaderElection": {"enabled": False},
+                "metricsAddress": f"127.0.0.1:{port}",
+            }
+        )
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "scheduler.cli",
+        "run",
+        f"--config={config}",
+        f"--kubeconfig={cluster.kubeconfig}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "POD_NAME": scheduler_name}
+    component = cluster.processes.start(scheduler_name, argv, env=env, cwd=REPO_ROOT)
+    cluster.processes.wait_ready(
+        component, lambda: _ready(f"http://127.0.0.1:{port}/readyz"), READY_TIMEOUT_S
+    )
+    return component
+
+
+def kube_scheduler_pid(cluster: LocalCluster) -> int:
+    for component in cluster.processes.components:
+        if component.name == "kube-scheduler" and component.alive():
+            return int(component.process.pid)
+    raise RuntimeError("the cluster runs no kube-scheduler")
+
+
+async def side_by_side(
+    cluster: LocalCluster,
+    api: client.ApiClient,
+    specs: Sequence[NodeSpec],
+    options: Options,
+) -> list[RunResult]:
+    """The three runs over the nodes of `specs` (created and Ready): ceiling, gpu-scheduler,
+    kube-scheduler."""
+    topologies = topologies_of(specs)
+    sizes = pod_sizes(options.pods, options.seed, options.mix)
+    capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
+    results = [
+        await run_pods(
+            api, "ceiling", NOBODY, sizes, topologies, options, plan=plan_bindings(sizes, capacity)
+        )
+    ]
+    component = start_gpu_scheduler(cluster, options.gpu_scheduler_name)
+    try:
+        meter = ProcessMeter(component.process.pid)
+        results.append(
+            await run_pods(
+                api, "gpu-scheduler", options.gpu_scheduler_name, sizes, topologies, options, meter
+            )
+        )
+    finally:
+        component.stop()
+    meter = ProcessMeter(kube_scheduler_pid(cluster))
+    meter.reset_peak()
+    results.append(
+        await run_pods(api, "kube-scheduler", KUBE_SCHEDULER, sizes, topologies, options, meter)
+    )
+    return results
+
+
+async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
+    """One cluster with `node_count` kwok nodes, and the three runs on it."""
+    config = ClusterConfig(prometheus=False, fake_dcgm=False, client_qps=options.qps)
+    with LocalCluster(config) as cluster:
+        api = await api_client_for(str(cluster.kubeconfig))
+        try:
+            core = client.CoreV1Api(api)
+            specs = node_specs(node_count)
+            started = time.monotonic()
+            names = await create_nodes(core, specs, concurrency=64)
+            await wait_nodes_ready(core, names, timeout=NODES_READY_TIMEOUT_S)
+            print(
+                f"{node_count} nodes Ready in {time.monotonic() - started:.0f} s",
+                file=sys.stderr,
+            )
+            return await side_by_side(cluster, api, specs, options)
+        finally:
+            await api.close()
+
+
+# -- reporting ---------------------------------------------------------------------------------
+
+
+def ratios(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Per node count: gpu-scheduler / kube-scheduler, and each / ceiling."""
+    rows = []
+    for nodes in sorted({r.nodes for r in results}):
+        by_run = {r.run: r for r in results if r.nodes == nodes}
+        ceiling, ours, theirs = (
+            by_run["ceiling"],
+            by_run["gpu-scheduler"],
+            by_run["kube-scheduler"],
+        )
+
+        def ratio(a: float | None, b: float | None) -> float | None:
+            return a / b if a is not None and b else None
+
+        rows.append(
+            {
+                "nodes": nodes,
+                "gpu_vs_kube_pods_per_s": ratio(ours.pods_per_s, theirs.pods_per_s),
+                "gpu_vs_kube_p50": ratio(ours.p50_ms, theirs.p50_ms),
+                "gpu_vs_kube_p99": ratio(ours.p99_ms, theirs.p99_ms),
+                "gpu_vs_kube_cpu_per_pod": ratio(
+                    ours.cpu_s_per_1000_pods, theirs.cpu_s_per_1000_pods
+                ),
+                "gpu_vs_kube_peak_rss": ratio(ours.peak_rss_mib, theirs.peak_rss_mib),
+                "gpu_vs_ceiling_pods_per_s": ratio(ours.pods_per_s, ceiling.pods_per_s),
+                "kube_vs_ceiling_pods_per_s": ratio(theirs.pods_per_s, ceiling.pods_per_s),
+            }
+        )
+    return rows
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def print_table(results: Sequence[RunResult], options: Options) -> None:
+    print(
+        f"{options.pods} pods (1/2/4/8 GPUs: {'/'.join(f'{m:g}' for m in options.mix)}), "
+        f"seed {options.seed}, client qps {options.qps} / burst {2 * options.qps}"
+    )
+    header = (
+        f"{'nodes':>6} {'run':<15} {'bound':>6} {'pending':>7} {'GPUs':>6} {'pods/s':>7} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} {'RSS MiB':>8} {'one domain':>16}"
+    )
+    print(header)
+    for r in results:
+        domain = (
+            f"{_cell(r.one_domain_pct)} % of {r.multi_gpu_pods}"
+            if r.one_domain_pct is not None
+            else "-"
+        )
+        print(
+            f"{r.nodes:>6} {r.run:<15} {r.bound:>6} {r.pending:>7} {r.gpus_bound:>6} "
+            f"{_cell(r.pods_per_s):>7} {_cell(r.p50_ms, 0):>8} {_cell(r.p99_ms, 0):>8} "
+            f"{_cell(r.cpu_s_per_1000_pods, 2):>9} {_cell(r.peak_rss_mib, 0):>8} {domain:>16}"
+        )
+    for row in ratios(results):
+        print(
+            f"{row['nodes']} nodes: gpu-scheduler / kube-scheduler: "
+            f"pods/s {_cell(row['gpu_vs_kube_pods_per_s'], 2)}x, "
+            f"p50 {_cell(row['gpu_vs_kube_p50'], 2)}x, p99 {_cell(row['gpu_vs_kube_p99'], 2)}x, "
+            f"CPU/pod {_cell(row['gpu_vs_kube_cpu_per_pod'], 2)}x, "
+            f"peak RSS {_cell(row['gpu_vs_kube_peak_rss'], 2)}x; / ceiling pods/s: "
+            f"gpu-scheduler {_cell(row['gpu_vs_ceiling_pods_per_s'], 2)}x, "
+            f"kube-scheduler {_cell(row['kube_vs_ceiling_pods_per_s'], 2)}x"
+        )
+        speed, cpu = row["gpu_vs_kube_pods_per_s"], row["gpu_vs_kube_cpu_per_pod"]
+        print(
+            f"  target throughput >= kube-scheduler: "
+            f"{'met' if speed is not None and speed >= 1 else 'MISSED'}; "
+            f"target CPU per pod <= kube-scheduler: "
+            f"{'met' if cpu is not None and cpu <= 1 else 'MISSED'}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hack.bench.control_plane", description=__doc__)
+    parser.add_argument("--nodes", default="1000,5000", help="node counts, one cluster each")
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--qps", type=int, default=200, help="client QPS (burst is twice this)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settle-seconds", type=float, default=15.0)
+    parser.add_argument("--create-concurrency", type=int, default=32)
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    args = parser.parse_args(argv)
+    structlog.configure(  # the watch's informer logs only problems, and to stderr
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+    options = Options(
+        pods=args.pods,
+        qps=args.qps,
+        seed=args.seed,
+        settle_s=args.settle_seconds,
+        create_concurrency=args.create_concurrency,
+    )
+    results: list[RunResult] = []
+    for count in args.nodes.split(","):
+        results.extend(asyncio.run(bench_nodes(int(count), options)))
+    if args.output == "json":
+        document = {
+            "options": {**asdict(options), "node_selector": dict(options.node_selector)},
+            "runs": [asdict(r) for r in results],
+            "ratios": ratios(results),
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print_table(results, options)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""The control-plane benchmark at a trivial size: every run binds every pod and reports every key.
+
+No timing is asserted; `python -m hack.bench.control_plane` is the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from kubernetes_asyncio import client
+
+from hack.bench.control_plane import (
+    Options,
+    node_specs,
+    pod_sizes,
+    ratios,
+    side_by_side,
+)
+from hack.localcluster import LocalCluster
+from tests.scheduling import TEST_LABEL, make_nodes
+
+PODS = 20
+MIX = (0.5, 0.5, 0.0, 0.0)
+"""1- and 2-GPU pods only: 20 of them ask for at most 40 of the 56 GPUs of 12 nodes, so a 2-GPU
+pod always finds a node whatever the placement before it (12 nodes with 1 free GPU are 12 < 16)."""
+
+
+async def test_side_by_side_binds_every_pod_and_reports_every_key(
+    cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    suffix = namespace[-6:]
+    specs = node_specs(12, prefix=f"n{suffix}-", labels={TEST_LABEL: namespace})
+    await make_nodes(core_api, specs)
+    options = Options(
+        pods=PODS,
+        mix=MIX,
+        settle_s=5.0,
+        node_selector={TEST_LABEL: namespace},
+        gpu_scheduler_name=namespace,
+        namespace_prefix=f"bench-{suffix}",
+    )
+
+    results = await side_by_side(cluster, api_client, specs, options)
+
+    assert [r.run for r in results] == ["ceiling", "gpu-scheduler", "kube-scheduler"]
+    sizes = pod_sizes(PODS, options.seed, MIX)
+    for result in results:
+        assert (result.bound, result.pending) == (PODS, 0), result
+        assert result.gpus_bound == sum(sizes)
+        assert result.nodes == 12
+        assert result.pods_per_s > 0 and 0 < result.p50_ms <= result.p99_ms
+    ceiling, ours, theirs = results
+    assert ceiling.cpu_s is None and ceiling.one_domain_pct is None
+    for result in (ours, theirs):
+        assert result.cpu_s_per_1000_pods is not None and result.cpu_s_per_1000_pods >= 0
+        assert result.peak_rss_mib is not None and result.peak_rss_mib > 0
+        assert result.multi_gpu_pods == sizes.count(2)
+        assert result.one_domain_pct is not None
+    [row] = ratios(results)
+    assert set(row) == {
+        "nodes",
+        "gpu_vs_kube_pods_per_s",
+        "gpu_vs_kube_p50",
+        "gpu_vs_kube_p99",
+        "gpu_vs_kube_cpu_per_pod",
+        "gpu_vs_kube_peak_rss",
+        "gpu_vs_ceiling_pods_per_s",
+        "kube_vs_ceiling_pods_per_s",
+    }
+    json.dumps([asdict(r) for r in results])  # the -o json document serializes
