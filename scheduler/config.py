@@ -306,6 +306,9 @@ class ScoringConfig:
     """Every number of the NVLink-domain score; ratios and thresholds are fractions in [0, 1]."""
     preferred_affinity_weight: float = field(default=1.0, metadata=_reads(_number(minimum=0.0)))
     """Multiplier of the preferred-node-affinity score added to the NVLink score (0 ignores it)."""
+    fragmentation_weight: float = field(default=10.0, metadata=_reads(_number(minimum=0.0)))
+    """Multiplier of the GPU-fragmentation score (`scheduler.plugins.gpu_fragmentation`): the
+    change of a node's expected free GPUs left without enough cpu or memory (0 turns it off)."""
     seed: int = field(default=0, metadata=_reads(_integer(0)))
     """Seed of the random generator that breaks ties between equally scored nodes."""
 

@@ -40,11 +40,13 @@ from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
 from scheduler.cycle import Scheduler
 from scheduler.events import EventRecorder
+from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.handlers import NodeHandler, PodHandler, StoreOnly
 from scheduler.informer import Informer
 from scheduler.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.objects import PodInfo
+from scheduler.plugins.gpu_fragmentation import GpuFragmentation
 from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
@@ -83,12 +85,17 @@ def usage_source(settings: SchedulerConfig) -> UsageSource | None:
 
 def default_framework(settings: SchedulerConfig) -> Framework:
     """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
-    score, and preferred node affinity."""
-    nvlink = NVLink(settings.scoring.weights)
-    affinity = NodeAffinity(weight=settings.scoring.preferred_affinity_weight)
+    score, preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable
+    (left out when weighted 0)."""
+    scoring = settings.scoring
+    nvlink = NVLink(scoring.weights)
+    affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
+    extra: list[ScorePlugin] = []
+    if scoring.fragmentation_weight > 0:
+        extra.append(GpuFragmentation(scoring.fragmentation_weight))
     return Framework(
         filters=[NodeUnschedulable(), TaintToleration(), affinity, NodeResourcesFit(), nvlink],
-        scores=[nvlink, affinity],
+        scores=[nvlink, affinity, *extra],
         seed=settings.scoring.seed,
         narrowers=[nvlink],
     )

@@ -44,6 +44,7 @@ FULL: dict[str, Any] = {
             for spec in dataclasses.fields(ScoreWeights)
         },
         "preferredAffinityWeight": 2.5,
+        "fragmentationWeight": 4.0,
         "seed": 42,
     },
     "binding": {"concurrency": 4, "timeoutSeconds": 12.5},

@@ -256,7 +256,7 @@ def test_daemon_profile_plugins() -> None:
         "NodeResourcesFit",
         "NVLink",
     ]
-    assert [p.name for p in framework.scores] == ["NVLink", "NodeAffinity"]
+    assert [p.name for p in framework.scores] == ["NVLink", "NodeAffinity", "GpuFragmentation"]
 
 
 def test_worked_example_one_gpu_pod_goes_to_the_half_used_small_node() -> None:
@@ -283,6 +283,8 @@ def test_worked_example_one_gpu_pod_goes_to_the_half_used_small_node() -> None:
     }
     assert list(evaluation.scores["NVLink"]) == [92.0, 31.0]
     assert "NodeAffinity" not in evaluation.scores  # no preferred terms: it abstains
+    # Plenty of cpu and memory beside every free GPU either way: no fragmentation preference.
+    assert "GpuFragmentation" not in evaluation.scores
     assert list(evaluation.total) == [92.0, 31.0]
     assert cache.names[evaluation.chosen] == "g1"
     placement = place(cache, pod, evaluation)
