@@ -173,7 +173,10 @@ async def test_idle_pod_is_evicted_for_a_lower_priority_preemptor(
         victim_notes = await eventually(
             lambda: notes(core_api, namespace, "notebook", "Reclaimed"), what="victim event"
         )
-        preemptor_notes = await notes(core_api, namespace, "preemptor", "ReclaimIdleGPUs")
+        preemptor_notes = await eventually(
+            lambda: notes(core_api, namespace, "preemptor", "ReclaimIdleGPUs"),
+            what="preemptor event",
+        )
     assert victim_notes[0].startswith("evicted: GPU usage ")
     assert f"< 10 % over {WINDOW_S} s" in victim_notes[0]
     assert victim_notes[0].endswith("reclaimed for a pod of priority 500")

@@ -108,11 +108,14 @@ async def test_seed_worked_example_and_the_8_gpu_node_kept_for_an_8_gpu_pod(
         whole = await wait_bound(core_api, namespace, "whole-node")
         assert whole["spec"]["nodeName"] == big_node
         assert gpus_of(whole) == list(range(8))
-        events = await pod_events(core_api.api_client, namespace, "whole-node")
-    notes = [e["note"] for e in events if e["reason"] == "Scheduled"]
-    assert notes and notes[0].startswith(
-        f"Successfully assigned {namespace}/whole-node to {big_node};"
-    )
+
+        async def scheduled_notes() -> list[str] | None:
+            events = await pod_events(core_api.api_client, namespace, "whole-node")
+            found = [e["note"] for e in events if e["reason"] == "Scheduled"]
+            return found or None  # events are written in the background, after the binding
+
+        notes = await eventually(scheduled_notes, what="the Scheduled event")
+    assert notes[0].startswith(f"Successfully assigned {namespace}/whole-node to {big_node};")
     assert "GPUs 0,1,2,3,4,5,6,7 across NVLink domains" in notes[0]
 
 
@@ -229,14 +232,18 @@ async def test_taints_tolerations_and_affinity(
         unschedulable = await eventually(condition, what="PodScheduled condition")
         assert unschedulable["reason"] == "Unschedulable"
         assert "node(s) had untolerated taint {dedicated: infra}" in unschedulable["message"]
-        events = await pod_events(core_api.api_client, namespace, "intolerant")
-        assert any(
-            e["reason"] == "FailedScheduling"
-            and e["type"] == "Warning"
-            and e["reportingController"] == namespace
-            and "untolerated taint" in e["note"]
-            for e in events
-        )
+
+        async def failed_scheduling() -> bool:
+            events = await pod_events(core_api.api_client, namespace, "intolerant")
+            return any(
+                e["reason"] == "FailedScheduling"
+                and e["type"] == "Warning"
+                and e["reportingController"] == namespace
+                and "untolerated taint" in e["note"]
+                for e in events
+            )
+
+        await eventually(failed_scheduling, what="the FailedScheduling event")
         assert (await pod_json(core_api, namespace, "intolerant"))["spec"].get("nodeName") is None
 
 
