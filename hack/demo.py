@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         stop = True
 
     with cluster:
+        # From here on Ctrl-C (or SIGTERM) asks for a clean stop, whatever the demo is doing.
+        signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGTERM, request_stop)
         names = asyncio.run(add_nodes(cluster.kubeconfig, specs))
         kubectl = cluster.binaries.kubectl if cluster.binaries else "kubectl"
         scheduler_url = "not started" if args.no_scheduler else start_scheduler(cluster)
@@ -142,8 +145,6 @@ def main(argv: list[str] | None = None) -> int:
                     "get", "pods", "-n", "demo", "-o", f"custom-columns={COLUMNS}"
                 ).stdout
             )
-        signal.signal(signal.SIGINT, request_stop)
-        signal.signal(signal.SIGTERM, request_stop)
         while not stop:
             time.sleep(1)
             dead = [name for name, alive in cluster.alive().items() if not alive]
