@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+Reader = Callable[[], Iterable[tuple[tuple[str, ...], float]]]
+"""Returns a metric's samples (label values, value) when it is scraped."""
+
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -22,7 +25,7 @@ class Metric:
     kind: str  # "counter" or "gauge"
     labels: tuple[str, ...] = ()
     values: dict[tuple[str, ...], float] = field(default_factory=dict)
-    reader: Callable[[], Iterable[tuple[tuple[str, ...], float]]] | None = None
+    reader: Reader | None = None
 
     def inc(self, amount: float = 1.0, *label_values: str) -> None:
         key = tuple(label_values)
@@ -59,21 +62,15 @@ class Registry:
         self.metrics: dict[str, Metric] = {}
 
     def counter(
-        self,
-        name: str,
-        help: str,
-        labels: tuple[str, ...] = (),
-        reader: Callable[[], Iterable[tuple[tuple[str, ...], float]]] | None = None,
+        self, name: str, help: str, labels: tuple[str, ...] = (), reader: Reader | None = None
     ) -> Metric:
+        """A counter; with `reader`, its samples are read when scraped."""
         return self._add(Metric(name, help, "counter", labels, reader=reader))
 
     def gauge(
-        self,
-        name: str,
-        help: str,
-        labels: tuple[str, ...] = (),
-        reader: Callable[[], Iterable[tuple[tuple[str, ...], float]]] | None = None,
+        self, name: str, help: str, labels: tuple[str, ...] = (), reader: Reader | None = None
     ) -> Metric:
+        """A gauge; with `reader`, its samples are read when scraped."""
         return self._add(Metric(name, help, "gauge", labels, reader=reader))
 
     def _add(self, metric: Metric) -> Metric:
