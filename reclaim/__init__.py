@@ -1,5 +1,7 @@
-"""Reclaim of measurably idle GPUs.
+"""Reclaim of measurably idle GPUs: the pure policy half and its Prometheus adapter.
 
-Policy read from PriorityClass annotations, idle verdicts from GPU usage samples, victim selection
-(all pure), and the adapters that query Prometheus and evict through the Eviction API.
+Policy read from PriorityClass annotations (`policy`), idle verdicts from GPU usage samples
+(`usage`, `signals`), PromQL building (`promql`), offline replay (`replay`) and the Prometheus HTTP
+adapter (`prometheus`). Nothing here imports `scheduler`: the PostFilter that evicts lives with the
+other plugins in `scheduler.plugins.reclaim`.
 """

@@ -1,7 +1,13 @@
 """The gpu-scheduler daemon.
 
-Configuration, the command line, informers and the scheduling cache, the scheduling queue, the
-plugin framework and its plugins, binding, and leader election. This is the only package that runs
-the scheduling loop; it calls the pure code in `topology` and `reclaim` and talks to the API server
-through small adapter modules.
+Layers, every import pointing down (checked by tests/unit/test_layers.py):
+
+    scheduler.cli, scheduler.daemon        composition root: flags, config, wiring, tasks
+    scheduler.tools                        offline tools: explain, simulate, topology discovery
+    scheduler core                         cycle, queue, cache, handlers, framework, plugins
+    scheduler.kube                         API server adapters: watch, bind, evict, events, Lease
+    reclaim, topology, metrics             pure policy + Prometheus adapter, NVLink model, /metrics
+
+`reclaim`, `topology` and `metrics` import nothing from `scheduler`; `scheduler.kube` imports
+nothing from the core above it; only the composition root and the tools import `scheduler.tools`.
 """

@@ -40,9 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the scheduler daemon")
     add_config_flags(run)
     from reclaim.replay import add_reclaim_parser
-    from scheduler.explain import add_explain_parser
-    from scheduler.simulate import add_simulate_parser
-    from scheduler.topology_cli import add_topology_parser
+    from scheduler.tools.explain import add_explain_parser
+    from scheduler.tools.simulate import add_simulate_parser
+    from scheduler.tools.topology_cli import add_topology_parser
 
     add_explain_parser(commands)
     add_topology_parser(commands)
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run_daemon(args: argparse.Namespace) -> int:
-    from scheduler.daemon import Daemon, api_client_for
+    from scheduler.daemon import Daemon
+    from scheduler.kube.client import api_client_for
     from scheduler.logging import configure_logging
 
     settings = config_from_args(args, os.environ)

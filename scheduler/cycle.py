@@ -25,12 +25,12 @@ import numpy as np
 import structlog
 from kubernetes_asyncio import client
 
-from scheduler.apierrors import APIError
-from scheduler.binding import bind_pod, set_unschedulable
 from scheduler.cache import ClusterCache
-from scheduler.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.kube.apierrors import APIError
+from scheduler.kube.binding import bind_pod, set_unschedulable
+from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
@@ -97,7 +97,7 @@ def larger_than_any_node(pod: PodInfo, snapshot: Snapshot) -> str:
 
 
 class PostFilter(Protocol):
-    """What runs when no node fits (reclaim): see `reclaim.postfilter.Reclaimer`."""
+    """What runs when no node fits (reclaim): see `scheduler.plugins.reclaim.Reclaimer`."""
 
     @property
     def enabled(self) -> bool: ...

@@ -28,46 +28,29 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from metrics.registry import Registry
 from metrics.server import make_app, start_server
-from reclaim.allocation import AllocationTracker
-from reclaim.postfilter import PolicyStore, Reclaimer, UsageSource
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
+from scheduler.allocation import AllocationTracker
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
 from scheduler.cycle import Scheduler
-from scheduler.events import EventRecorder
-from scheduler.framework.interface import ScorePlugin
-from scheduler.framework.runtime import Framework
 from scheduler.handlers import NodeHandler, PodHandler, StoreOnly
-from scheduler.informer import Informer
-from scheduler.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
+from scheduler.kube.events import EventRecorder
+from scheduler.kube.informer import Informer
+from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.objects import PodInfo
-from scheduler.plugins.gpu_fragmentation import GpuFragmentation
-from scheduler.plugins.node_affinity import NodeAffinity
-from scheduler.plugins.nvlink import NVLink
-from scheduler.plugins.resources import NodeResourcesFit
-from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
+from scheduler.plugins.reclaim import PolicyStore, Reclaimer, UsageSource
+from scheduler.profile import default_framework
 from scheduler.queue import SchedulingQueue
 
 log = structlog.get_logger("gpu-scheduler.daemon")
 
 BIND_GRACE_SECONDS = 10.0
 CACHE_EXPIRY_INTERVAL_S = 5.0
-
-
-async def api_client_for(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from a kubeconfig file, or from the pod's service account when None."""
-    configuration = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = 64
-    return client.ApiClient(configuration)
 
 
 def usage_source(settings: SchedulerConfig) -> UsageSource | None:
@@ -80,24 +63,6 @@ def usage_source(settings: SchedulerConfig) -> UsageSource | None:
         reclaim.prometheus_url,
         timeout_s=reclaim.prometheus_timeout_seconds,
         label_names=LabelNames(namespace=reclaim.namespace_label, pod=reclaim.pod_label),
-    )
-
-
-def default_framework(settings: SchedulerConfig) -> Framework:
-    """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
-    score, preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable
-    (left out when weighted 0)."""
-    scoring = settings.scoring
-    nvlink = NVLink(scoring.weights)
-    affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
-    extra: list[ScorePlugin] = []
-    if scoring.fragmentation_weight > 0:
-        extra.append(GpuFragmentation(scoring.fragmentation_weight))
-    return Framework(
-        filters=[NodeUnschedulable(), TaintToleration(), affinity, NodeResourcesFit(), nvlink],
-        scores=[nvlink, affinity, *extra],
-        seed=settings.scoring.seed,
-        narrowers=[nvlink],
     )
 
 

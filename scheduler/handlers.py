@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from scheduler.cache import ClusterCache
-from scheduler.events import WARNING, EventRecorder, ObjectRef
+from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
 from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, sorted_errors
 from scheduler.queue import SchedulingQueue
 

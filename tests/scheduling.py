@@ -20,7 +20,8 @@ from kubernetes_asyncio import client
 from hack.localcluster import LocalCluster, NodeSpec, create_nodes, wait_nodes_ready
 from hack.localcluster.cluster import free_port
 from scheduler.config import SchedulerConfig, config_from_data
-from scheduler.daemon import Daemon, api_client_for
+from scheduler.daemon import Daemon
+from scheduler.kube.client import api_client_for
 from tests.kube import eventually, gpu_pod
 
 TEST_LABEL = "gpu-scheduler.io/test"

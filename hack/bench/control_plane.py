@@ -75,8 +75,8 @@ from hack.localcluster import (
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
 from hack.localcluster.processes import Component
-from scheduler.daemon import api_client_for
-from scheduler.informer import Informer, KubeObject
+from scheduler.kube.client import api_client_for
+from scheduler.kube.informer import Informer, KubeObject
 from topology.domains import NodeTopology, parse_domains
 from topology.occupancy import GPUS_ANNOTATION, choose_gpus, parse_gpus_annotation
 

@@ -23,9 +23,9 @@ import numpy as np
 from hack.localcluster.nodes import SEED_NODE_TYPES, node_manifest
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
-from scheduler.daemon import default_framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import parse_node, parse_pod
+from scheduler.profile import default_framework
 from topology.reference import reference_score
 
 POD_SIZES = (1, 2, 4, 8)

@@ -26,7 +26,8 @@ from hack.localcluster import ClusterConfig, LocalCluster, NodeSpec, create_node
 from hack.localcluster.cluster import free_port
 from hack.localcluster.nodes import wait_nodes_ready
 from scheduler.config import config_from_data
-from scheduler.daemon import Daemon, api_client_for
+from scheduler.daemon import Daemon
+from scheduler.kube.client import api_client_for
 
 POLICY = "reclaim-idle-resource.scheduling.x-k8s.io/"
 NODE = NodeSpec("bench-h", 1, gpus=2, nvlink_domains="0-1", gpu_product="NVIDIA-H200")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2_EXPANSION, LocalCluster
-from reclaim.allocation import AllocationTracker
 from reclaim.prometheus import PrometheusClient
+from scheduler.allocation import AllocationTracker
 from tests.kube import bind, eventually, gpu_pod
 from tests.scheduling import isolated, make_nodes, running_daemon, settings_for
 

@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import LocalCluster
 from hack.localcluster.cluster import free_port
-from scheduler.informer import Informer, KubeObject, object_key
+from scheduler.kube.informer import Informer, KubeObject, object_key
 from tests.kube import eventually
 
 LABEL = "informer-test=yes"

@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 from structlog.testing import capture_logs
 
 from scheduler.config import LeaderElectionConfig
-from scheduler.leader import (
+from scheduler.kube.leader import (
     AlwaysLeader,
     Elector,
     LeaderElector,

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
 from scheduler.cycle import Placement, place
-from scheduler.daemon import default_framework
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.runtime import NO_NODE, Diagnosis, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import PodInfo
+from scheduler.profile import default_framework
 from tests.unit.scheduler.builders import (
     cluster,
     make_node,

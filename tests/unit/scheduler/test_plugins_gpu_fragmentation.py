@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from scheduler.cache import ClusterCache
 from scheduler.config import ConfigError, config_from_data
-from scheduler.daemon import default_framework
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import CPU, GPU, MEMORY, PodInfo
@@ -22,6 +21,7 @@ from scheduler.plugins.gpu_fragmentation import (
     NodeResources,
     waste_table,
 )
+from scheduler.profile import default_framework
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, pod_info
 
 GI = 2**30

@@ -14,9 +14,9 @@ from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import parse_node, parse_pod
-from scheduler.simulate import add_simulate_parser, build_workload, simulate
-from scheduler.simulate_policies import POLICIES, BestFit, LeastAllocated, MostAllocated
-from scheduler.simulate_trace import (
+from scheduler.tools.simulate import add_simulate_parser, build_workload, simulate
+from scheduler.tools.simulate_policies import POLICIES, BestFit, LeastAllocated, MostAllocated
+from scheduler.tools.simulate_trace import (
     TraceError,
     TraceNode,
     TracePod,

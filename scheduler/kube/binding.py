@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.apierrors import APIError, expect_success
+from scheduler.kube.apierrors import APIError, expect_success
 
 CONDITION_TYPE = "PodScheduled"
 UNSCHEDULABLE_REASON = "Unschedulable"

@@ -21,9 +21,9 @@ from typing import Any, cast
 import structlog
 from kubernetes_asyncio import client
 
-from scheduler.apierrors import APIError, expect_success
+from scheduler.kube.apierrors import APIError, expect_success
 
-log = structlog.get_logger("gpu-scheduler.events")
+log = structlog.get_logger("gpu-scheduler.kube.events")
 
 NORMAL = "Normal"
 WARNING = "Warning"

@@ -1,6 +1,6 @@
 """Placement policies compared by `gpu-scheduler simulate`, each a `Framework`.
 
-Every policy runs the production filters (`scheduler.daemon.default_framework`'s filter list:
+Every policy runs the production filters (`scheduler.profile.default_framework`'s filter list:
 NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit, NVLink), so the nodes a pod
 may go to are the same under every policy and only the choice among them differs:
 
@@ -23,7 +23,7 @@ may go to are the same under every policy and only the choice among them differs
   tie-break picks uniformly among them.
 
 kube-scheduler has no NVLink notion, so the baselines have no Narrow step; which GPUs a baseline
-pod gets inside its node is decided by the simulator (see `scheduler.simulate`).
+pod gets inside its node is decided by the simulator (see `scheduler.tools.simulate`).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class NoPreference:
 
 def gpu_scheduler_framework(settings: SchedulerConfig, seed: int) -> Framework:
     """The daemon's profile exactly, with the tie-break generator seeded with `seed`."""
-    from scheduler.daemon import default_framework
+    from scheduler.profile import default_framework
 
     scoring = replace(settings.scoring, seed=seed)
     return default_framework(replace(settings, scoring=scoring))

@@ -4,7 +4,8 @@
         [--seed 0] [--sample] [--nvlink-domains COUNT=LAYOUT ...] [--config FILE] [-o json]
 
 NODES and PODS are openb CSV files (Alibaba cluster-trace-gpu-v2023) or native YAML; see
-`scheduler.simulate_trace` for both formats. Policies are those of `scheduler.simulate_policies`
+`scheduler.tools.simulate_trace` for both formats. Policies are those of
+`scheduler.tools.simulate_policies`
 (default: all of gpu-scheduler, least-allocated, most-allocated, best-fit, random); each runs the
 scheduler's own cache and `Framework.evaluate` with the production filters, no API server.
 
@@ -73,8 +74,8 @@ from scheduler.cycle import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import CPU, GPU, MEMORY, NodeInfo, PodInfo, parse_node, parse_pod
-from scheduler.simulate_policies import NVLINK_AWARE, POLICIES
-from scheduler.simulate_trace import (
+from scheduler.tools.simulate_policies import NVLINK_AWARE, POLICIES
+from scheduler.tools.simulate_trace import (
     TraceError,
     TraceNode,
     TracePod,

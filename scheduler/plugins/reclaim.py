@@ -35,7 +35,6 @@ import numpy as np
 import structlog
 from kubernetes_asyncio import client
 
-from reclaim.evict import EvictionResult, evict_pod, nominate
 from reclaim.policy import (
     Candidate,
     PolicyResult,
@@ -50,13 +49,14 @@ from reclaim.policy import (
 )
 from reclaim.signals import GpuWindow
 from reclaim.usage import DEFAULT_POWER_MODELS, PowerModel, Verdict, idle_verdict
-from scheduler.apierrors import APIError
 from scheduler.cache import RESERVATION_PREFIX, ClusterCache
 from scheduler.config import ReclaimConfig
-from scheduler.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.framework.interface import CycleState
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.kube.apierrors import APIError
+from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
+from scheduler.kube.eviction import EvictionResult, evict_pod, nominate
 from scheduler.objects import PodInfo
 from scheduler.plugins.nvlink import one_domain_feasible
 from topology.occupancy import choose_gpus

@@ -31,8 +31,8 @@ def read_topology(path: Path | None) -> str:
 async def patch_node(kubeconfig: str | None, node: str, value: str) -> None:
     from kubernetes_asyncio import client
 
-    from scheduler.apierrors import expect_success
-    from scheduler.daemon import api_client_for
+    from scheduler.kube.apierrors import expect_success
+    from scheduler.kube.client import api_client_for
 
     async with await api_client_for(kubeconfig) as api_client:
         core = client.CoreV1Api(api_client)

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.apierrors import APIError, expect_success
+from scheduler.kube.apierrors import APIError, expect_success
 
 
 class EvictionResult(Enum):

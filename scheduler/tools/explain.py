@@ -154,8 +154,8 @@ async def _from_cluster(
 ) -> tuple[JsonObject, list[JsonObject]]:
     from kubernetes_asyncio import client
 
-    from scheduler.apierrors import expect_success
-    from scheduler.daemon import api_client_for
+    from scheduler.kube.apierrors import expect_success
+    from scheduler.kube.client import api_client_for
 
     namespace, _, name = pod_ref.partition("/")
     if not name:
@@ -176,7 +176,7 @@ async def _from_cluster(
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from scheduler.daemon import default_framework
+    from scheduler.profile import default_framework
 
     try:
         settings = config_from_args(args, os.environ)

@@ -1,0 +1,30 @@
+"""The scheduling profile: which filter, narrow and score plugins run, in which order."""
+
+from __future__ import annotations
+
+from scheduler.config import SchedulerConfig
+from scheduler.framework.interface import ScorePlugin
+from scheduler.framework.runtime import Framework
+from scheduler.plugins.gpu_fragmentation import GpuFragmentation
+from scheduler.plugins.node_affinity import NodeAffinity
+from scheduler.plugins.nvlink import NVLink
+from scheduler.plugins.resources import NodeResourcesFit
+from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
+
+
+def default_framework(settings: SchedulerConfig) -> Framework:
+    """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
+    score, preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable
+    (left out when weighted 0)."""
+    scoring = settings.scoring
+    nvlink = NVLink(scoring.weights)
+    affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
+    extra: list[ScorePlugin] = []
+    if scoring.fragmentation_weight > 0:
+        extra.append(GpuFragmentation(scoring.fragmentation_weight))
+    return Framework(
+        filters=[NodeUnschedulable(), TaintToleration(), affinity, NodeResourcesFit(), nvlink],
+        scores=[nvlink, affinity, *extra],
+        seed=settings.scoring.seed,
+        narrowers=[nvlink],
+    )
