@@ -24,6 +24,13 @@ source "$here/versions.env"
 
 cache="${GPU_SCHEDULER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler}"
 mkdir -p "$cache/bin" "$cache/build"
+# One build at a time per cache: a second run (another checkout, a parallel `make`) waits for the
+# first and then finds the binaries cached.
+exec 9>"$cache/build/.lock"
+if ! flock -n 9; then
+  printf '[build-binaries %s] another build holds %s; waiting for it\n' "$(date +%H:%M:%S)" "$cache/build/.lock" >&2
+  flock 9
+fi
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 export CGO_ENABLED=0
 
