@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from reclaim.policy import MINIMUM_PREEMPTABLE_PRIORITY
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.eviction import EvictionResult
 from scheduler.objects import parse_pod
@@ -279,9 +280,7 @@ async def test_bad_classes_are_reported_and_valid_victims_still_reclaimed(
     )
     classes = {
         IDLE_CLASS: policy(),
-        "huge": policy(
-            **{"reclaim-idle-resource.scheduling.x-k8s.io/minimum-preemptable-priority": "9" * 5000}
-        ),
+        "huge": {**policy(), MINIMUM_PREEMPTABLE_PRIORITY: "9" * 5000},
         "forever": policy(window_s=10**30),
     }
     rig = make_rig(monkeypatch, cache, classes=classes)
