@@ -526,14 +526,11 @@ class Reclaimer:
             keys = choose_victims(order_candidates(candidates, allowed), fits, allowed)
             if keys is None or not keys:
                 continue
-            sets[node] = VictimSet.of(candidates, keys, allowed)
+            victim_set = VictimSet.of(candidates, keys, allowed)
+            sets[node] = victim_set
             by_key = {v.pod.key: v for v in victims}
-            taken = tuple(by_key[k] for k in keys)
-            guarded = budget_violations(
-                [Candidate(v.pod.key, v.pod.priority, v.pod.gpus, v.budgets) for v in taken],
-                allowed,
-            )
-            chosen[node] = Plan(node, taken, guarded)
+            guarded = budget_violations(victim_set.victims, allowed)
+            chosen[node] = Plan(node, tuple(by_key[k] for k in keys), guarded)
         ordered: list[Plan] = []
         while sets:
             best = best_node(sets)
