@@ -5,22 +5,24 @@ a `fits` callback that re-runs its filters) and these functions decide.
 
 A PriorityClass opts its pods in to reclaim with all four annotations:
 
-    reclaim-idle-resource.scheduling.x-k8s.io/minimum-preemptable-priority   integer
-    reclaim-idle-resource.scheduling.x-k8s.io/toleration-seconds             integer >= 0
-    reclaim-idle-resource.scheduling.x-k8s.io/resource-idle-seconds          integer > 0
-    reclaim-idle-resource.scheduling.x-k8s.io/resource-idle-usage-threshold  float, 0-100
+    reclaim-idle-resource.scheduling.x-k8s.io/minimum-preemptable-priority   integer, int32
+    reclaim-idle-resource.scheduling.x-k8s.io/toleration-seconds             integer, 0..365 days
+    reclaim-idle-resource.scheduling.x-k8s.io/resource-idle-seconds          integer, 1 s..30 days
+    reclaim-idle-resource.scheduling.x-k8s.io/resource-idle-usage-threshold  number, 0 < t <= 100
 
 A class with none of them protects its pods; a class with some but not all, or with a malformed
 or out-of-range value, protects its pods too and is reported with one error per bad annotation.
 
 Victim choice (kube-scheduler's default preemption, applied to eligible idle pods):
 
-    candidates --order_candidates--> GPU count desc, priority asc, key
+    candidates --order_candidates--> GPU count desc, priority asc, key; victims that would
+                                     violate a PodDisruptionBudget last (budget_violations)
         take in that order until fits(taken)            (None if all of them are not enough)
-        reprieve: for each taken victim, most important first (priority desc, GPUs desc, key),
-                  give it back if the preemptor still fits without evicting it
-    per node victim sets --best_node--> fewest victims, fewest GPUs, lowest priority sum,
-                                        lowest highest priority, node name
+        reprieve: for each taken victim, budget-violating ones first, then most important
+                  first (priority desc, GPUs desc, key), give it back if the preemptor still
+                  fits without evicting it
+    per node victim sets --best_node--> fewest budget violations, fewest victims, fewest GPUs,
+                                        lowest priority sum, lowest highest priority, node name
 """
 
 from __future__ import annotations
@@ -46,8 +48,15 @@ POLICY_ANNOTATIONS = (
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
-"""Kubernetes pod priorities are int32."""
+"""Kubernetes pod priorities are int32; so is the minimum-preemptable-priority."""
+MAX_TOLERATION_SECONDS = 365 * 86400
+"""toleration-seconds: 0 to one year."""
+MAX_IDLE_SECONDS = 30 * 86400
+"""resource-idle-seconds: 1 s to 30 days (a Prometheus range no larger than its usual retention;
+far larger windows make Prometheus refuse the query)."""
 MAX_PERCENT = 100.0
+MAX_VALUE_CHARS = 32
+"""Longer annotation values are rejected before any parsing (no number in range needs more)."""
 MAX_QUOTED_VALUE = 64
 """Longer annotation values are cut in error messages."""
 
@@ -66,7 +75,7 @@ class ReclaimPolicy:
     resource_idle_seconds: int
     """Length of the window over which the victim's GPU usage must stay under the threshold."""
     resource_idle_usage_threshold: float
-    """Percent, 0-100; usage strictly below it is idle."""
+    """Percent, 0 < t <= 100; usage strictly below it is idle."""
 
 
 class PolicyStatus(StrEnum):
@@ -88,101 +97,96 @@ class PolicyResult:
     errors: tuple[str, ...] = ()
 
 
-def _quote(value: str) -> str:
+def quote(value: str) -> str:
+    """`value` as a JSON string, cut to `MAX_QUOTED_VALUE` characters (for logs and events)."""
     cut = value if len(value) <= MAX_QUOTED_VALUE else value[:MAX_QUOTED_VALUE] + "..."
     return json.dumps(cut)
 
 
 def _error(priority_class: str, key: str, value: str, rule: str) -> str:
-    return f"PriorityClass {priority_class}: annotation {key}={_quote(value)}: {rule}"
+    return f"PriorityClass {priority_class}: annotation {key}={quote(value)}: {rule}"
 
 
-def _parse_int(
-    priority_class: str, key: str, value: str, low: int, high: int | None, rule: str
-) -> tuple[int | None, str | None]:
-    if not _INTEGER.fullmatch(value):
-        return None, _error(priority_class, key, value, rule)
+def _integer(value: str, low: int, high: int) -> int | None:
+    """A plain decimal integer within [low, high], else None. Never raises (the length bound
+    keeps `int()` far from Python's digit limit)."""
+    if len(value) > MAX_VALUE_CHARS or not _INTEGER.fullmatch(value):
+        return None
     number = int(value)
-    if number < low or (high is not None and number > high):
-        return None, _error(priority_class, key, value, rule)
-    return number, None
+    return number if low <= number <= high else None
+
+
+def _percent(value: str) -> float | None:
+    """A plain decimal number with 0 < number <= 100, else None. Never raises."""
+    if len(value) > MAX_VALUE_CHARS or not _DECIMAL.fullmatch(value):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and 0.0 < number <= MAX_PERCENT else None
+
+
+_RULES: dict[str, tuple[Callable[[str], int | float | None], str]] = {
+    MINIMUM_PREEMPTABLE_PRIORITY: (
+        lambda v: _integer(v, INT32_MIN, INT32_MAX),
+        f"must be an integer (int32: {INT32_MIN} to {INT32_MAX})",
+    ),
+    TOLERATION_SECONDS: (
+        lambda v: _integer(v, 0, MAX_TOLERATION_SECONDS),
+        f"must be an integer from 0 to {MAX_TOLERATION_SECONDS} (365 days)",
+    ),
+    RESOURCE_IDLE_SECONDS: (
+        lambda v: _integer(v, 1, MAX_IDLE_SECONDS),
+        f"must be an integer from 1 to {MAX_IDLE_SECONDS} (30 days)",
+    ),
+    RESOURCE_IDLE_USAGE_THRESHOLD: (
+        _percent,
+        "must be a number greater than 0 and at most 100",
+    ),
+}
+"""Per annotation: its parser (None for a bad value) and the rule errors quote."""
 
 
 def parse_policy(priority_class_name: str, annotations: Mapping[str, str]) -> PolicyResult:
-    """Read the reclaim policy from a PriorityClass's annotations.
+    """Read the reclaim policy from a PriorityClass's annotations. Never raises.
 
     - None of the four keys present: status NONE (the class's pods are never reclaimed).
     - All four present and valid: status VALID with the policy. All four are required.
     - Otherwise INVALID, with one error per missing or bad key, each naming the class, the key
-      and the value, e.g. `PriorityClass batch-low: annotation
-      reclaim-idle-resource.scheduling.x-k8s.io/toleration-seconds="-5": must be an integer >= 0`.
-    Values must be plain decimal strings: integers for the first three (minimum priority within
-    int32), a finite number within [0, 100] for the threshold. Surrounding spaces are an error.
+      and the value (cut to `MAX_QUOTED_VALUE` characters), e.g. `PriorityClass batch-low:
+      annotation reclaim-idle-resource.scheduling.x-k8s.io/toleration-seconds="-5": must be an
+      integer from 0 to 31536000 (365 days)`.
+    Values must be plain decimal strings of at most `MAX_VALUE_CHARS` characters: integers for
+    the first three (minimum priority within int32, toleration 0 to 365 days, idle window 1 s
+    to 30 days), a number with 0 < t <= 100 for the threshold. Surrounding spaces are an error.
     """
-    present = [key for key in POLICY_ANNOTATIONS if key in annotations]
-    if not present:
-        return PolicyResult(priority_class_name, PolicyStatus.NONE)
+    name = priority_class_name
+    if not any(key in annotations for key in POLICY_ANNOTATIONS):
+        return PolicyResult(name, PolicyStatus.NONE)
     errors: list[str] = []
+    values: dict[str, int | float] = {}
     for key in POLICY_ANNOTATIONS:
         if key not in annotations:
             errors.append(
-                f"PriorityClass {priority_class_name}: annotation {key} is missing "
+                f"PriorityClass {name}: annotation {key} is missing "
                 "(all four reclaim-idle-resource annotations are required)"
             )
-    name = priority_class_name
-    minimum, error1 = (
-        _parse_int(
-            name,
-            MINIMUM_PREEMPTABLE_PRIORITY,
-            annotations[MINIMUM_PREEMPTABLE_PRIORITY],
-            INT32_MIN,
-            INT32_MAX,
-            "must be an integer (int32)",
-        )
-        if MINIMUM_PREEMPTABLE_PRIORITY in annotations
-        else (None, None)
-    )
-    toleration, error2 = (
-        _parse_int(
-            name,
-            TOLERATION_SECONDS,
-            annotations[TOLERATION_SECONDS],
-            0,
-            None,
-            "must be an integer >= 0",
-        )
-        if TOLERATION_SECONDS in annotations
-        else (None, None)
-    )
-    idle_seconds, error3 = (
-        _parse_int(
-            name,
-            RESOURCE_IDLE_SECONDS,
-            annotations[RESOURCE_IDLE_SECONDS],
-            1,
-            None,
-            "must be an integer > 0",
-        )
-        if RESOURCE_IDLE_SECONDS in annotations
-        else (None, None)
-    )
-    threshold: float | None = None
-    error4: str | None = None
-    if RESOURCE_IDLE_USAGE_THRESHOLD in annotations:
-        raw = annotations[RESOURCE_IDLE_USAGE_THRESHOLD]
-        number = float(raw) if _DECIMAL.fullmatch(raw) else math.nan
-        if math.isfinite(number) and 0.0 <= number <= MAX_PERCENT:
-            threshold = number
+    for key in POLICY_ANNOTATIONS:
+        if key not in annotations:
+            continue
+        raw = annotations[key]
+        parse, rule = _RULES[key]
+        number = parse(raw)
+        if number is None:
+            errors.append(_error(name, key, raw, rule))
         else:
-            error4 = _error(
-                name, RESOURCE_IDLE_USAGE_THRESHOLD, raw, "must be a number between 0 and 100"
-            )
-    errors.extend(e for e in (error1, error2, error3, error4) if e is not None)
+            values[key] = number
     if errors:
         return PolicyResult(name, PolicyStatus.INVALID, errors=tuple(errors))
-    assert minimum is not None and toleration is not None
-    assert idle_seconds is not None and threshold is not None
-    policy = ReclaimPolicy(minimum, toleration, idle_seconds, threshold)
+    policy = ReclaimPolicy(
+        int(values[MINIMUM_PREEMPTABLE_PRIORITY]),
+        int(values[TOLERATION_SECONDS]),
+        int(values[RESOURCE_IDLE_SECONDS]),
+        float(values[RESOURCE_IDLE_USAGE_THRESHOLD]),
+    )
     return PolicyResult(name, PolicyStatus.VALID, policy=policy)
 
 
@@ -283,36 +287,66 @@ def victim_eligibility(
 
 @dataclass(frozen=True)
 class Candidate:
-    """An eligible, measured-idle pod on one node."""
+    """An eligible, measured-idle pod on one node. `budgets` names the PodDisruptionBudgets
+    whose selector matches it (its namespace's, see `budget_violations`)."""
 
     key: str
     priority: int
     gpus: int
+    budgets: tuple[str, ...] = ()
 
 
-def order_candidates(candidates: Iterable[Candidate]) -> list[Candidate]:
+def budget_violations(victims: Iterable[Candidate], allowed: Mapping[str, int]) -> frozenset[str]:
+    """The victims whose eviction would exceed a PodDisruptionBudget, counting in the given
+    order, as kube-scheduler's preemption does: each victim uses up one disruption of every
+    budget it matches (`allowed` is each budget's `status.disruptionsAllowed`; a budget not in
+    it allows none), and a victim that takes a budget below zero violates it."""
+    left = dict(allowed)
+    violating: set[str] = set()
+    for victim in victims:
+        for budget in victim.budgets:
+            left[budget] = left.get(budget, 0) - 1
+            if left[budget] < 0:
+                violating.add(victim.key)
+    return frozenset(violating)
+
+
+def order_candidates(
+    candidates: Iterable[Candidate], allowed: Mapping[str, int] | None = None
+) -> list[Candidate]:
     """The order victims are taken in: GPU count descending (fewest victims), then priority
-    ascending (least important first), then key (deterministic)."""
-    return sorted(candidates, key=lambda c: (-c.gpus, c.priority, c.key))
+    ascending (least important first), then key (deterministic); with `allowed` (budgets'
+    disruptions allowed), the victims whose eviction would violate a budget move last."""
+    ordered = sorted(candidates, key=lambda c: (-c.gpus, c.priority, c.key))
+    if allowed is None:
+        return ordered
+    violating = budget_violations(ordered, allowed)
+    return sorted(ordered, key=lambda c: c.key in violating)  # stable: order kept within
 
 
-def reprieve_order(victims: Iterable[Candidate]) -> list[Candidate]:
-    """The order victims are given back in: most important first, as kube-scheduler reprieves:
-    priority descending; then GPU count descending (among equals, sparing the pod that holds more
-    GPUs spares more work and evicts fewer GPUs); then key."""
-    return sorted(victims, key=lambda c: (-c.priority, -c.gpus, c.key))
+def reprieve_order(
+    victims: Iterable[Candidate], violating: frozenset[str] = frozenset()
+) -> list[Candidate]:
+    """The order victims are given back in: those in `violating` first (kube-scheduler reprieves
+    budget-violating victims first), then most important first: priority descending; then GPU
+    count descending (among equals, sparing the pod that holds more GPUs spares more work and
+    evicts fewer GPUs); then key."""
+    return sorted(victims, key=lambda c: (c.key not in violating, -c.priority, -c.gpus, c.key))
 
 
 def choose_victims(
-    candidates_in_order: Sequence[Candidate], fits: Callable[[frozenset[str]], bool]
+    candidates_in_order: Sequence[Candidate],
+    fits: Callable[[frozenset[str]], bool],
+    allowed: Mapping[str, int] | None = None,
 ) -> tuple[str, ...] | None:
     """The victims to evict on one node, in the given order, or None if removing every candidate
     still does not let the preemptor fit.
 
     `fits(removed_keys)` says whether the preemptor passes all filters on the node once those
     pods are gone (the scheduler supplies it). Takes candidates in order until it fits (an empty
-    tuple when it already fits), then tries to give back each taken victim in `reprieve_order`,
-    keeping it only if the preemptor still fits without evicting it.
+    tuple when it already fits), then tries to give back each taken victim in `reprieve_order`
+    (with `allowed`, budget-violating victims are tried first), keeping it only if the
+    preemptor still fits without evicting it.
     """
     taken: list[Candidate] = []
     if not fits(frozenset()):
@@ -322,8 +356,9 @@ def choose_victims(
                 break
         else:
             return None
+    violating = budget_violations(taken, allowed) if allowed is not None else frozenset()
     removed = {c.key for c in taken}
-    for candidate in reprieve_order(taken):
+    for candidate in reprieve_order(taken, violating):
         kept = removed - {candidate.key}
         if fits(frozenset(kept)):
             removed = kept
@@ -332,9 +367,10 @@ def choose_victims(
 
 @dataclass(frozen=True)
 class VictimSet:
-    """The victims chosen on one node."""
+    """The victims chosen on one node, and how many of them would violate a budget."""
 
     victims: tuple[Candidate, ...]
+    violations: int = 0
 
     @property
     def count(self) -> int:
@@ -353,24 +389,32 @@ class VictimSet:
         return max((c.priority for c in self.victims), default=None)
 
     @staticmethod
-    def of(candidates: Iterable[Candidate], keys: Iterable[str]) -> VictimSet:
-        """The candidates whose key is in `keys`, in `keys` order. Raises KeyError on an unknown
-        key."""
+    def of(
+        candidates: Iterable[Candidate],
+        keys: Iterable[str],
+        allowed: Mapping[str, int] | None = None,
+    ) -> VictimSet:
+        """The candidates whose key is in `keys`, in `keys` order, with their budget violations
+        counted against `allowed` (none without it). Raises KeyError on an unknown key."""
         by_key = {c.key: c for c in candidates}
-        return VictimSet(tuple(by_key[key] for key in keys))
+        victims = tuple(by_key[key] for key in keys)
+        violating = budget_violations(victims, allowed) if allowed is not None else frozenset()
+        return VictimSet(victims, len(violating))
 
 
 def best_node(per_node: Mapping[str, VictimSet]) -> str | None:
-    """The node whose victim set disturbs least: fewest victims, then fewest GPUs, then lowest
-    sum of priorities, then lowest highest priority (an empty set counts as lowest), then node
-    name. None when there is no node."""
+    """The node whose victim set disturbs least: fewest budget violations (kube-scheduler's
+    first criterion), then fewest victims, then fewest GPUs, then lowest sum of priorities,
+    then lowest highest priority (an empty set counts as lowest), then node name. None when
+    there is no node."""
     if not per_node:
         return None
 
-    def rank(item: tuple[str, VictimSet]) -> tuple[int, int, int, float, str]:
+    def rank(item: tuple[str, VictimSet]) -> tuple[int, int, int, int, float, str]:
         node, victims = item
         highest = victims.highest_priority
         return (
+            victims.violations,
             victims.count,
             victims.gpus,
             victims.priority_sum,

@@ -4,7 +4,8 @@ The kubelet and the device plugin pick a pod's GPUs on the node; the scheduler o
 intended choice (and guesses for pods bound by other schedulers). dcgm-exporter labels each GPU's
 series with the pod holding it, so Prometheus knows the truth. Every `interval` seconds the
 tracker reads it (`PrometheusClient.gpu_holders`), lists where the cache differs
-(`occupancy_corrections`), and corrects the cache's per-domain occupancy, logging each
+(`occupancy_corrections`), and corrects the cache's per-domain occupancy, all pods of a node
+at once (`ClusterCache.correct_node_gpus`, so swaps converge in one round), logging each
 correction; scoring and victim selection then use the corrected domains. Prometheus trouble
 only skips a round.
 """
@@ -12,15 +13,28 @@ only skips a round.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Protocol
 
 import structlog
 
-from reclaim.prometheus import PrometheusClient, PrometheusQueryFailed, occupancy_corrections
+from reclaim.prometheus import (
+    Correction,
+    PodKey,
+    PrometheusQueryFailed,
+    occupancy_corrections,
+)
 from scheduler.cache import ClusterCache
 
 log = structlog.get_logger("gpu-scheduler.allocation")
 
 DEFAULT_INTERVAL_S = 30.0
+
+
+class HolderSource(Protocol):
+    """Who holds each GPU now, by (node, GPU index) (`PrometheusClient.gpu_holders`)."""
+
+    async def gpu_holders(self) -> Mapping[tuple[str, int], set[PodKey]]: ...
 
 
 class AllocationTracker:
@@ -29,7 +43,7 @@ class AllocationTracker:
     def __init__(
         self,
         cache: ClusterCache,
-        prometheus: PrometheusClient,
+        prometheus: HolderSource,
         interval: float = DEFAULT_INTERVAL_S,
     ) -> None:
         self.cache = cache
@@ -48,14 +62,19 @@ class AllocationTracker:
     async def refresh(self) -> int:
         """One round; returns how many pods the cache corrected."""
         holders = await self.prometheus.gpu_holders()
-        changed = 0
+        by_node: dict[str, dict[str, Correction]] = {}
         for correction in occupancy_corrections(holders, self.recorded()):
             if correction.kind != "other-gpus":
                 continue  # unknown pods arrive through the informer; nodes come from the API
             key = f"{correction.namespace}/{correction.pod}"
-            if self.cache.correct_gpus(key, correction.node, correction.gpus):
+            by_node.setdefault(correction.node, {})[key] = correction
+        changed = 0
+        for node, corrections in sorted(by_node.items()):
+            # One call per node: swaps and rotations between its pods converge in one round.
+            observed = {key: c.gpus for key, c in corrections.items()}
+            for key in self.cache.correct_node_gpus(node, observed):
                 changed += 1
-                log.info("gpu_allocation_corrected", pod=key, detail=correction.describe())
+                log.info("gpu_allocation_corrected", pod=key, detail=corrections[key].describe())
         self.corrections += changed
         return changed
 

@@ -27,7 +27,8 @@ score see one consistent state without copying: the arrays are the snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar, cast
@@ -491,6 +492,51 @@ class ClusterCache:
         self._insert(state.info, node, tuple(sorted(gpus)), assumed=False)
         self.pods[pod_key].observed = True
         return True
+
+    def correct_node_gpus(self, node: str, observed: Mapping[str, tuple[int, ...]]) -> list[str]:
+        """Record at once the GPU indices several bound pods of `node` really hold (from
+        dcgm-exporter): `observed` maps pod key -> indices. Returns the keys the cache changed.
+
+        All affected pods leave the node first and are then counted again with their observed
+        indices, so swaps and rotations between them (pod A on B's GPU and B on A's) converge in
+        one call; one pod at a time would see the other's old index as taken. A pod is skipped,
+        as in `correct_gpus`, when it is not counted on `node`, is assumed or a reservation, or
+        its indices do not match its request or the node; duplicates across pods skip both.
+        """
+        if node not in self.nodes:
+            return []
+        gpu_count = self.nodes[node].topology.gpu_count
+        wanted: dict[str, tuple[int, ...]] = {}
+        for key, gpus in observed.items():
+            state = self.pods.get(key)
+            indices = tuple(sorted(gpus))
+            if (
+                state is None
+                or state.assumed
+                or state.reserved_at is not None
+                or state.node != node
+                or len(indices) != state.info.gpus
+                or len(set(indices)) != len(indices)
+                or any(g < 0 or g >= gpu_count for g in indices)
+                or (tuple(sorted(state.gpus)) == indices and state.observed)
+            ):
+                continue
+            wanted[key] = indices
+        claims = Counter(g for indices in wanted.values() for g in indices)
+        wanted = {k: v for k, v in wanted.items() if all(claims[g] == 1 for g in v)}
+        if not wanted:
+            return []
+        states = {key: self.pods[key] for key in wanted}
+        for key in sorted(wanted):
+            self._delete(key)
+        changed: list[str] = []
+        for key in sorted(wanted):
+            self._insert(states[key].info, node, wanted[key], assumed=False)
+            state = self.pods[key]
+            state.observed = state.gpus == wanted[key]
+            if state.observed:
+                changed.append(key)
+        return changed
 
     # -- reservations and what-if ---------------------------------------------------------------
 

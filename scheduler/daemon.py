@@ -6,7 +6,7 @@ Tasks:
 |-----------------|-----------------------------------------------------------------------|
 | informer:nodes  | list+watch Nodes into the cache                                       |
 | informer:pods   | list+watch all Pods: bound ones into the cache, our pending ones queued |
-| informer:priorityclasses, informer:pdbs | stores read by reclaim                       |
+| informer:priorityclasses, informer:pdbs | policies and budgets read by reclaim         |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
 | cache-expiry    | drops assumed pods whose binding was never confirmed                  |
 | leader-election | competes for the Lease (or always leads when disabled)                |
@@ -38,12 +38,12 @@ from scheduler.allocation import AllocationTracker
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
 from scheduler.cycle import Scheduler
-from scheduler.handlers import NodeHandler, PodHandler, StoreOnly
+from scheduler.handlers import NodeHandler, PodHandler
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.objects import PodInfo
-from scheduler.plugins.reclaim import PolicyStore, Reclaimer, UsageSource
+from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Reclaimer, UsageSource
 from scheduler.profile import default_framework
 from scheduler.queue import SchedulingQueue
 
@@ -106,6 +106,7 @@ class Daemon:
             clock=clock,
             is_leader=lambda: self.elector.is_leader,
         )
+        framework.narrowers.append(NominatedNode(self.reclaimer))
         self.scheduler = Scheduler(
             scheduler_name=settings.scheduler_name,
             cache=self.cache,
@@ -130,7 +131,9 @@ class Daemon:
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,
-                PodHandler(self.cache, self.queue, settings.scheduler_name),
+                PodWatch(
+                    PodHandler(self.cache, self.queue, settings.scheduler_name), self.reclaimer
+                ),
             ),
             Informer(
                 "priorityclasses",
@@ -140,7 +143,7 @@ class Daemon:
             Informer(
                 "pdbs",
                 client.PolicyV1Api(api_client).list_pod_disruption_budget_for_all_namespaces,
-                StoreOnly(),
+                self.reclaimer.pdbs,
             ),
         ]
         self.registry = self._metrics()

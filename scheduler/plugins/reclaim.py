@@ -7,27 +7,40 @@ One attempt for a pending pod (the preemptor), never two within `cooldownSeconds
    `reclaim.policy.victim_eligibility`). None: skip.
 3. One Prometheus query for all of them (`reclaim.prometheus`), then the idle verdict
    (`reclaim.usage.idle_verdict`). Prometheus down, slow, erroring or silent: skip, no eviction.
+   One query per distinct idle window: a failed window leaves only its own pods unmeasured.
 4. Per node, the fewest idle victims that let the preemptor pass every filter there, including
    NVLink (its GPUs fit in one domain when the node's domains allow it) and MIG profiles
    (`reclaim.policy.choose_victims` with a what-if of the cache); the best node by
-   `reclaim.policy.best_node`.
-5. dry-run: report "would evict" events and stop. enforce: reserve the room in the cache (no
-   other pod can take it while the victims terminate), set `status.nominatedNodeName`, and evict
-   through the Eviction API. A 429 (PodDisruptionBudget) fails that node's set: the reservation
-   is dropped and the next best node is tried; 404 means the victim is already gone.
+   `reclaim.policy.best_node`. PodDisruptionBudgets (`scheduler.pdb.PdbStore`) count as in
+   kube-scheduler's preemption: victims whose eviction a budget forbids now are taken last and
+   given back first, and nodes whose set violates fewer budgets come first.
+5. dry-run: report "would evict" events and stop. enforce, node by node in that order:
+   re-validate the plan (the preemptor is still pending with the same UID and unbound, every
+   victim is still there with the same UID, and the preemptor still fits once they are gone;
+   a stale plan stops the attempt), reserve the room in the cache (no other pod can take it
+   while the victims terminate), set `status.nominatedNodeName`, and evict through the Eviction
+   API, budget-guarded victims first. A 429 (PodDisruptionBudget) fails that node's set: the
+   reservation is dropped and the next node is tried; 404 means the victim is already gone.
+6. The next cycle of the preemptor tries the nominated node first (`NominatedNode`, a Narrow
+   plugin, as kube-scheduler evaluates the nominated node first): when it fits there, it goes
+   there.
 
-Events: on the preemptor ("reclaiming 2 GPUs on node X from 1 idle pod"), on each victim
-("evicted: GPU usage 1.8 % < 10 % over 3600 s; reclaimed for a pod of priority 10000" — never the
-preemptor's name, whose namespace may be private), and when an attempt is skipped, why.
+Events: on the preemptor ("reclaiming 2 GPUs on node X from 1 idle pod", with a warning when a
+budget may refuse), on each victim ("evicted: GPU usage 1.8 % < 10 % over 3600 s; reclaimed for
+a pod of priority 10000" — never the preemptor's name, whose namespace may be private), and when
+an attempt is skipped, why.
+
+Memory: cooldowns, nominations and the preemptors' latest views are pruned when the pod is
+deleted (`PodWatch`), when they expire, and are bounded (`MAX_TRACKED_PODS`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -42,28 +55,40 @@ from reclaim.policy import (
     VictimFacts,
     VictimSet,
     best_node,
+    budget_violations,
     choose_victims,
     order_candidates,
     parse_policy,
+    quote,
     victim_eligibility,
 )
 from reclaim.signals import GpuWindow
 from reclaim.usage import DEFAULT_POWER_MODELS, PowerModel, Verdict, idle_verdict
 from scheduler.cache import RESERVATION_PREFIX, ClusterCache
 from scheduler.config import ReclaimConfig
-from scheduler.framework.interface import CycleState
+from scheduler.framework.interface import BoolArray, CycleState, Rejection
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.apierrors import APIError
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.kube.eviction import EvictionResult, evict_pod, nominate
-from scheduler.objects import PodInfo
+from scheduler.kube.informer import InformerHandler, KubeObject
+from scheduler.objects import PodInfo, parse_pod
+from scheduler.pdb import PdbStore
 from scheduler.plugins.nvlink import one_domain_feasible
 from topology.occupancy import choose_gpus
 
 log = structlog.get_logger("gpu-scheduler.reclaim")
 
 MODES = ("off", "dry-run", "enforce")
+MAX_TRACKED_PODS = 10_000
+"""At most this many cooldowns and nominations are kept; the oldest go first."""
+MAX_ERROR_CHARS = 200
+"""Longer error texts (Prometheus, the API server) are cut in events."""
+
+
+def _cut(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class UsageSource(Protocol):
@@ -92,12 +117,24 @@ class PolicyStore:
         cached = self._parsed.get(priority_class)
         if cached is not None and cached[0] == version:
             return cached[1]
-        annotations = metadata.get("annotations") or {}
-        result = parse_policy(priority_class, {str(k): str(v) for k, v in annotations.items()})
+        try:
+            annotations = metadata.get("annotations") or {}
+            result = parse_policy(priority_class, {str(k): str(v) for k, v in annotations.items()})
+        except Exception as error:  # one unreadable class never blocks reclaim for the others
+            log.exception("reclaim_policy_unreadable", priority_class=priority_class)
+            result = PolicyResult(
+                priority_class,
+                PolicyStatus.INVALID,
+                errors=(
+                    f"PriorityClass {priority_class}: unreadable annotations: {quote(str(error))}",
+                ),
+            )
         self._parsed[priority_class] = (version, result)
         if result.status is PolicyStatus.INVALID:
-            for error in result.errors:
-                log.warning("reclaim_policy_invalid", priority_class=priority_class, error=error)
+            for error_text in result.errors:
+                log.warning(
+                    "reclaim_policy_invalid", priority_class=priority_class, error=error_text
+                )
             if self.recorder is not None:
                 ref = ObjectRef(
                     "PriorityClass",
@@ -126,7 +163,8 @@ class PolicyStore:
 
 @dataclass(frozen=True)
 class Victim:
-    """An eligible pod, its policy window, and (once measured) its verdict."""
+    """An eligible pod, its policy window, the PodDisruptionBudgets guarding it, and (once
+    measured) its verdict."""
 
     pod: PodInfo
     node: str
@@ -134,6 +172,31 @@ class Victim:
     window_s: int
     threshold_pct: float
     verdict: Verdict | None = None
+    budgets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The victims chosen on one node; `guarded` are those a budget forbids evicting now."""
+
+    node: str
+    victims: tuple[Victim, ...]
+    guarded: frozenset[str] = frozenset()
+
+    def eviction_order(self) -> list[Victim]:
+        """Budget-guarded victims first: if the API server refuses one, nothing else on the
+        node was evicted for nothing."""
+        return sorted(self.victims, key=lambda v: v.pod.key not in self.guarded)
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """Where room is being made for a preemptor (its `status.nominatedNodeName`)."""
+
+    node: str
+    uid: str
+    at: float
+    """Monotonic time of the nomination; it lapses with the reservation."""
 
 
 @dataclass
@@ -147,6 +210,11 @@ class ReclaimStats:
 
 def _epoch(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
+
+
+def _key_of(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
 
 
 class Reclaimer:
@@ -164,6 +232,7 @@ class Reclaimer:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
+        pdbs: PdbStore | None = None,
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -175,13 +244,21 @@ class Reclaimer:
         self.clock = clock
         self.wall_clock = wall_clock
         self.is_leader = is_leader
+        self.pdbs = pdbs if pdbs is not None else PdbStore()
+        """PodDisruptionBudgets; the daemon's "pdbs" informer fills it."""
         self.power_models: dict[str, PowerModel] = dict(DEFAULT_POWER_MODELS)
         for model, watts in settings.power_models.items():
             self.power_models[model] = PowerModel(watts["idleWatts"], watts["maxWatts"])
         self.stats = ReclaimStats()
         self.last_eviction_s = 0.0
         """Duration of the latest Eviction API call (for the latency benchmark)."""
-        self._last_attempt: dict[str, float] = {}
+        self._last_attempt: OrderedDict[str, float] = OrderedDict()
+        """Pod key -> monotonic time of its latest attempt, oldest first."""
+        self.nominations: OrderedDict[str, Nomination] = OrderedDict()
+        """Pod key -> the node reclaim made room on, oldest first."""
+        self._views: dict[str, PodInfo | None] = {}
+        """Latest informer view of the preemptors being worked on or nominated (None: deleted);
+        kept current by `PodWatch`."""
         self._lock = asyncio.Lock()
 
     @property
@@ -192,6 +269,58 @@ class Reclaimer:
         last = self._last_attempt.get(pod_key)
         return last is not None and self.clock() - last < self.settings.cooldown_seconds
 
+    # -- what the informers tell ---------------------------------------------------------------
+
+    def pod_seen(self, obj: Mapping[str, Any]) -> None:
+        """A pod was added or changed (`PodWatch`): refresh the view of a tracked preemptor; a
+        bound preemptor no longer needs its nomination."""
+        key = _key_of(obj)
+        if key not in self._views and key not in self.nominations:
+            return
+        pod = parse_pod(obj)
+        if key in self._views:
+            self._views[key] = pod
+        if pod.bound or pod.terminating:
+            self.nominations.pop(key, None)
+
+    def pod_gone(self, obj: Mapping[str, Any]) -> None:
+        """A pod was deleted (`PodWatch`): forget its cooldown and nomination."""
+        key = _key_of(obj)
+        self._last_attempt.pop(key, None)
+        self.nominations.pop(key, None)
+        if key in self._views:
+            self._views[key] = None
+
+    def nominated_node(self, pod: PodInfo) -> str | None:
+        """The node reclaim made room on for `pod` (same UID), while its reservation lasts."""
+        nomination = self.nominations.get(pod.key)
+        if nomination is None or nomination.uid != pod.uid:
+            return None
+        if self.clock() - nomination.at > self.settings.reservation_seconds:
+            return None
+        return nomination.node
+
+    def _prune(self) -> None:
+        """Drop expired cooldowns and nominations; leave room for one more under
+        MAX_TRACKED_PODS (the oldest go first)."""
+        now = self.clock()
+        cooldown = self.settings.cooldown_seconds
+        while self._last_attempt:
+            key, at = next(iter(self._last_attempt.items()))
+            if now - at < cooldown and len(self._last_attempt) < MAX_TRACKED_PODS:
+                break
+            del self._last_attempt[key]
+        ttl = self.settings.reservation_seconds
+        while self.nominations:
+            key, nomination = next(iter(self.nominations.items()))
+            if now - nomination.at <= ttl and len(self.nominations) < MAX_TRACKED_PODS:
+                break
+            del self.nominations[key]
+
+    def _nominate(self, pod: PodInfo, node: str) -> None:
+        self.nominations.pop(pod.key, None)
+        self.nominations[pod.key] = Nomination(node, pod.uid, self.clock())
+
     # -- one attempt -----------------------------------------------------------------------------
 
     async def attempt(self, pod: PodInfo) -> str | None:
@@ -199,18 +328,23 @@ class Reclaimer:
         dry-run) on, or None. Never raises for API or Prometheus trouble: it skips."""
         if not self.enabled:
             return None
+        self._prune()
         if self.cooling_down(pod.key):
             self._skip(pod, "cooldown", None)
             return None
+        self._last_attempt.pop(pod.key, None)
         self._last_attempt[pod.key] = self.clock()
         self.stats.attempts += 1
         async with self._lock:
+            self._views[pod.key] = pod
             try:
                 return await self._attempt(pod)
             except Exception:
                 log.exception("reclaim_attempt_failed", pod=pod.key)
                 self._skip(pod, "internal_error", "reclaim skipped: internal error (see log)")
                 return None
+            finally:
+                del self._views[pod.key]
 
     async def _attempt(self, pod: PodInfo) -> str | None:
         victims = self._eligible(pod)
@@ -246,10 +380,10 @@ class Reclaimer:
             self._skip(pod, "no_fitting_victim_set", None)
             return None
         if self.settings.mode == "dry-run":
-            node, victim_set = plans[0]
-            self._report(pod, node, victim_set, dry_run=True)
-            self.stats.evictions["dry-run"] += len(victim_set)
-            return node
+            plan = plans[0]
+            self._report(pod, plan, dry_run=True)
+            self.stats.evictions["dry-run"] += len(plan.victims)
+            return plan.node
         return await self._enforce(pod, plans)
 
     def _eligible(self, pod: PodInfo) -> list[Victim] | None:
@@ -290,19 +424,29 @@ class Reclaimer:
                     continue
                 assert result.resource_idle_seconds is not None
                 assert result.threshold_pct is not None
+                budgets = self.pdbs.budgets_of(other.namespace, other.name, other.labels)
                 victims.append(
                     Victim(
-                        other, node, state.gpus, result.resource_idle_seconds, result.threshold_pct
+                        other,
+                        node,
+                        state.gpus,
+                        result.resource_idle_seconds,
+                        result.threshold_pct,
+                        budgets=budgets,
                     )
                 )
         return victims
 
     async def _measure(self, pod: PodInfo, victims: list[Victim]) -> list[Victim] | None:
+        """The victims with their verdicts, one Prometheus query per idle window. A window whose
+        query fails or returns nothing leaves only its own pods unmeasured (never idle); only
+        when every window failed does the attempt stop, saying why."""
         assert self.usage is not None
         by_window: dict[int, list[Victim]] = {}
         for victim in victims:
             by_window.setdefault(victim.window_s, []).append(victim)
         measured: list[Victim] = []
+        failures: list[tuple[str, str]] = []
         for window_s, group in sorted(by_window.items()):
             pods = [(v.pod.namespace, v.pod.name) for v in group]
             try:
@@ -311,19 +455,24 @@ class Reclaimer:
                     self.settings.prometheus_timeout_seconds,
                 )
             except Exception as error:  # down, slow, erroring: never evict on missing metrics
-                message = (
-                    f"reclaim skipped: Prometheus query failed: {error or type(error).__name__}"
+                text = _cut(str(error) or type(error).__name__)
+                log.warning(
+                    "reclaim_query_failed", preemptor=pod.key, window_s=window_s, error=text
                 )
-                self._skip(pod, "prometheus_unavailable", message)
-                return None
+                failures.append(
+                    ("prometheus_unavailable", f"reclaim skipped: Prometheus query failed: {text}")
+                )
+                continue
             if not any(windows.get(p) for p in pods):
-                self._skip(
-                    pod,
-                    "no_metrics",
-                    f"reclaim skipped: Prometheus has no GPU samples for the {len(pods)} "
-                    f"candidate pod(s) over {window_s} s",
+                log.info("reclaim_no_metrics", preemptor=pod.key, window_s=window_s, pods=len(pods))
+                failures.append(
+                    (
+                        "no_metrics",
+                        f"reclaim skipped: Prometheus has no GPU samples for the {len(pods)} "
+                        f"candidate pod(s) over {window_s} s",
+                    )
                 )
-                return None
+                continue
             for victim, key in zip(group, pods, strict=True):
                 verdict = idle_verdict(
                     windows.get(key, []),
@@ -332,16 +481,11 @@ class Reclaimer:
                     scrape_interval_s=self.settings.scrape_interval_seconds,
                     min_coverage=self.settings.min_coverage,
                 )
-                measured.append(
-                    Victim(
-                        victim.pod,
-                        victim.node,
-                        victim.gpus,
-                        victim.window_s,
-                        victim.threshold_pct,
-                        verdict,
-                    )
-                )
+                measured.append(replace(victim, verdict=verdict))
+        if not measured:
+            reason, note = failures[0]
+            self._skip(pod, reason, note)
+            return None
         return measured
 
     def _fits_without(self, pod: PodInfo, node: str, removed: frozenset[str]) -> bool:
@@ -349,7 +493,9 @@ class Reclaimer:
         GPUs inside one NVLink domain wherever the node's domains allow that."""
         with self.cache.released(pod.key), self.cache.without(removed):
             snapshot = Snapshot(self.cache)
-            row = self.cache.row_of[node]
+            row = self.cache.row_of.get(node)
+            if row is None:
+                return False
             diagnosis = self.framework.run_filters(pod, snapshot, CycleState())
             if not diagnosis.feasible[row]:
                 return False
@@ -359,54 +505,118 @@ class Reclaimer:
                     return False
             return True
 
-    def _plan(self, pod: PodInfo, idle: list[Victim]) -> list[tuple[str, list[Victim]]]:
-        """Victim sets per node, best node first."""
+    def _plan(self, pod: PodInfo, idle: list[Victim]) -> list[Plan]:
+        """Victim sets per node, best node first (budget-violating sets last)."""
         by_node: dict[str, list[Victim]] = {}
         for victim in idle:
             by_node.setdefault(victim.node, []).append(victim)
+        allowed = self.pdbs.allowed()
         sets: dict[str, VictimSet] = {}
-        chosen: dict[str, list[Victim]] = {}
+        chosen: dict[str, Plan] = {}
         for node, victims in by_node.items():
             if node not in self.cache.row_of:
                 continue
-            candidates = [Candidate(v.pod.key, v.pod.priority, v.pod.gpus) for v in victims]
+            candidates = [
+                Candidate(v.pod.key, v.pod.priority, v.pod.gpus, v.budgets) for v in victims
+            ]
 
             def fits(removed: frozenset[str], node: str = node) -> bool:
                 return self._fits_without(pod, node, removed)
 
-            keys = choose_victims(order_candidates(candidates), fits)
+            keys = choose_victims(order_candidates(candidates, allowed), fits, allowed)
             if keys is None or not keys:
                 continue
-            sets[node] = VictimSet.of(candidates, keys)
+            victim_set = VictimSet.of(candidates, keys, allowed)
+            sets[node] = victim_set
             by_key = {v.pod.key: v for v in victims}
-            chosen[node] = [by_key[k] for k in keys]
-        ordered: list[tuple[str, list[Victim]]] = []
+            guarded = budget_violations(victim_set.victims, allowed)
+            chosen[node] = Plan(node, tuple(by_key[k] for k in keys), guarded)
+        ordered: list[Plan] = []
         while sets:
             best = best_node(sets)
             assert best is not None
-            ordered.append((best, chosen[best]))
+            ordered.append(chosen[best])
             del sets[best]
         return ordered
 
-    async def _enforce(self, pod: PodInfo, plans: list[tuple[str, list[Victim]]]) -> str | None:
-        for node, victims in plans:
+    # -- enforcing -----------------------------------------------------------------------------
+
+    def _preemptor_stale(self, pod: PodInfo) -> str | None:
+        """Why `pod` no longer needs room (None while it is still pending, unbound, the same
+        pod): from the informer's latest view and the cache."""
+        view = self._views.get(pod.key, pod)
+        if view is None:
+            return "the pod was deleted"
+        if view.uid != pod.uid:
+            return "the pod was re-created"
+        if view.bound:
+            return f"the pod was bound to node {view.node_name}"
+        if view.terminating:
+            return "the pod is being deleted"
+        state = self.cache.pods.get(pod.key)
+        if state is not None:
+            return f"the pod is counted on node {state.node}"
+        return None
+
+    def _plan_stale(self, pod: PodInfo, plan: Plan) -> str | None:
+        """Why `plan` no longer holds (None when it does): the preemptor changed, a victim is
+        gone or changed, or the preemptor would not fit on the node even without the victims."""
+        why = self._preemptor_stale(pod)
+        if why is not None:
+            return why
+        for victim in plan.victims:
+            state = self.cache.pods.get(victim.pod.key)
+            if (
+                state is None
+                or state.info.uid != victim.pod.uid
+                or state.node != plan.node
+                or state.info.terminating
+            ):
+                return f"victim {victim.pod.key} is gone or changed"
+        if not self._fits_without(pod, plan.node, frozenset(v.pod.key for v in plan.victims)):
+            return f"the pod no longer fits on node {plan.node} without the victims"
+        return None
+
+    def _stop_stale(self, pod: PodInfo, plan: Plan, why: str) -> None:
+        self.cache.drop_reservation(pod.key)
+        self.nominations.pop(pod.key, None)
+        log.info("reclaim_plan_stale", preemptor=pod.key, node=plan.node, reason=why)
+        self._skip(pod, "stale_plan", None)
+
+    async def _enforce(self, pod: PodInfo, plans: list[Plan]) -> str | None:
+        message = ""
+        for plan in plans:
+            node = plan.node
             if not self.is_leader():
                 self._skip(pod, "not_leader", None)
                 return None
-            keys = frozenset(v.pod.key for v in victims)
+            why = self._plan_stale(pod, plan)
+            if why is not None:
+                self._stop_stale(pod, plan, why)
+                return None
+            keys = frozenset(v.pod.key for v in plan.victims)
             with self.cache.released(pod.key), self.cache.without(keys):
                 topology = self.cache.nodes[node].topology
                 used = self.cache.node_gpus_used(node)
                 choice = choose_gpus(topology, used, pod.gpus) if pod.gpus else None
             gpus = tuple(choice.gpus) if choice is not None else ()
             self.cache.reserve(pod, node, gpus, self.clock())
+            self._nominate(pod, node)
             try:
                 await nominate(self.core, pod.namespace, pod.name, node)
             except (APIError, OSError, TimeoutError) as error:
-                log.warning("nominate_failed", pod=pod.key, node=node, error=str(error))
-            self._report(pod, node, victims, dry_run=False)
+                log.warning("nominate_failed", pod=pod.key, node=node, error=_cut(str(error)))
+            self._report(pod, plan, dry_run=False)
             blocked = False
-            for victim in victims:
+            for victim in plan.eviction_order():
+                placed = self.cache.pods.get(pod.key)
+                if placed is not None and placed.node == node:
+                    log.info("reclaim_preemptor_placed", preemptor=pod.key, node=node)
+                    return node  # it fits already: the other victims are spared
+                why = self._preemptor_stale(pod)
+                if why is not None:
+                    self._stop_stale(pod, plan, why)
+                    return None
                 started = self.clock()
                 result, message = await evict_pod(
                     self.core, victim.pod.namespace, victim.pod.name, victim.pod.uid
@@ -419,7 +629,7 @@ class Reclaimer:
                     pod=victim.pod.key,
                     node=node,
                     result=result.value,
-                    message=message,
+                    message=_cut(message),
                 )
                 if result is EvictionResult.EVICTED:
                     self._tell_victim(pod, victim, dry_run=False)
@@ -429,26 +639,35 @@ class Reclaimer:
             if not blocked:
                 return node
             self.cache.drop_reservation(pod.key)
+            self.nominations.pop(pod.key, None)
             self._skip(
                 pod,
                 "eviction_blocked",
-                f"reclaim on node {node} stopped: eviction refused ({message}); trying elsewhere",
+                f"reclaim on node {node} stopped: eviction refused ({_cut(message)}); "
+                "trying elsewhere",
             )
         return None
 
     # -- reporting ---------------------------------------------------------------------------
 
-    def _report(self, pod: PodInfo, node: str, victims: list[Victim], dry_run: bool) -> None:
+    def _report(self, pod: PodInfo, plan: Plan, dry_run: bool) -> None:
+        victims = plan.victims
         gpus = sum(v.pod.gpus for v in victims)
         verb = "would reclaim" if dry_run else "reclaiming"
-        note = f"{verb} {gpus} GPUs on node {node} from {len(victims)} idle pod(s)"
+        note = f"{verb} {gpus} GPUs on node {plan.node} from {len(victims)} idle pod(s)"
+        if plan.guarded:
+            note += (
+                f"; {len(plan.guarded)} of them guarded by a PodDisruptionBudget that allows no "
+                "more disruptions now: the eviction may be refused"
+            )
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, NORMAL, "ReclaimIdleGPUs", "Reclaim", note)
         log.info(
             "reclaim_plan",
             preemptor=pod.key,
-            node=node,
+            node=plan.node,
             victims=[v.pod.key for v in victims],
+            budget_guarded=sorted(plan.guarded),
             gpus=gpus,
             mode=self.settings.mode,
         )
@@ -477,4 +696,64 @@ class Reclaimer:
             self.recorder.emit(ref, WARNING, "ReclaimSkipped", "Reclaim", note)
 
 
-__all__ = ["MODES", "RESERVATION_PREFIX", "PolicyStore", "Reclaimer", "UsageSource"]
+NOMINATED_NODE = "NominatedNode"
+NOMINATED_REASON = "node(s) passed, but the pod's nominated node is preferred"
+
+
+class NominatedNode:
+    """Narrow plugin: a pod reclaim made room for goes to its nominated node whenever it fits
+    there, as kube-scheduler evaluates a pod's nominated node first; without it the pod could
+    land elsewhere and the evictions would have been for nothing. Runs after the NVLink
+    narrower, so a one-domain placement elsewhere still wins over a split one there."""
+
+    name = NOMINATED_NODE
+
+    def __init__(self, reclaimer: Reclaimer) -> None:
+        self.reclaimer = reclaimer
+
+    def narrow(
+        self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
+    ) -> list[Rejection]:
+        node = self.reclaimer.nominated_node(pod)
+        if node is None:
+            return []
+        row = snapshot.cache.row_of.get(node)
+        if row is None or row >= feasible.shape[0] or not feasible[row]:
+            return []
+        others = feasible.copy()  # others: (rows,)
+        others[row] = False
+        if not others.any():
+            return []
+        return [Rejection(NOMINATED_REASON, others, False, NOMINATED_NODE)]
+
+
+class PodWatch:
+    """Pod informer handler: the scheduler's own handler, then the Reclaimer's view (a
+    preemptor bound, deleted or re-created; cooldowns and nominations of deleted pods)."""
+
+    def __init__(self, inner: InformerHandler, reclaimer: Reclaimer) -> None:
+        self.inner = inner
+        self.reclaimer = reclaimer
+
+    def on_add(self, obj: KubeObject) -> None:
+        self.inner.on_add(obj)
+        self.reclaimer.pod_seen(obj)
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self.inner.on_update(old, new)
+        self.reclaimer.pod_seen(new)
+
+    def on_delete(self, obj: KubeObject) -> None:
+        self.inner.on_delete(obj)
+        self.reclaimer.pod_gone(obj)
+
+
+__all__ = [
+    "MODES",
+    "RESERVATION_PREFIX",
+    "NominatedNode",
+    "PodWatch",
+    "PolicyStore",
+    "Reclaimer",
+    "UsageSource",
+]

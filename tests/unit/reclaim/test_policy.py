@@ -49,17 +49,25 @@ def test_valid_policy() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "rule"),
     [
-        (TOLERATION_SECONDS, "-5", "must be an integer >= 0"),
-        (TOLERATION_SECONDS, "1.5", "must be an integer >= 0"),
-        (TOLERATION_SECONDS, " 5", "must be an integer >= 0"),
-        (RESOURCE_IDLE_SECONDS, "0", "must be an integer > 0"),
-        (RESOURCE_IDLE_SECONDS, "abc", "must be an integer > 0"),
-        (MINIMUM_PREEMPTABLE_PRIORITY, "1e3", "must be an integer (int32)"),
-        (MINIMUM_PREEMPTABLE_PRIORITY, "2147483648", "must be an integer (int32)"),
-        (RESOURCE_IDLE_USAGE_THRESHOLD, "100.5", "must be a number between 0 and 100"),
-        (RESOURCE_IDLE_USAGE_THRESHOLD, "-1", "must be a number between 0 and 100"),
-        (RESOURCE_IDLE_USAGE_THRESHOLD, "nan", "must be a number between 0 and 100"),
-        (RESOURCE_IDLE_USAGE_THRESHOLD, "", "must be a number between 0 and 100"),
+        (TOLERATION_SECONDS, "-5", "must be an integer from 0 to 31536000 (365 days)"),
+        (TOLERATION_SECONDS, "1.5", "must be an integer from 0 to 31536000 (365 days)"),
+        (TOLERATION_SECONDS, " 5", "must be an integer from 0 to 31536000 (365 days)"),
+        (RESOURCE_IDLE_SECONDS, "0", "must be an integer from 1 to 2592000 (30 days)"),
+        (RESOURCE_IDLE_SECONDS, "abc", "must be an integer from 1 to 2592000 (30 days)"),
+        (
+            MINIMUM_PREEMPTABLE_PRIORITY,
+            "1e3",
+            "must be an integer (int32: -2147483648 to 2147483647)",
+        ),
+        (
+            MINIMUM_PREEMPTABLE_PRIORITY,
+            "2147483648",
+            "must be an integer (int32: -2147483648 to 2147483647)",
+        ),
+        (RESOURCE_IDLE_USAGE_THRESHOLD, "100.5", "must be a number greater than 0 and at most 100"),
+        (RESOURCE_IDLE_USAGE_THRESHOLD, "-1", "must be a number greater than 0 and at most 100"),
+        (RESOURCE_IDLE_USAGE_THRESHOLD, "nan", "must be a number greater than 0 and at most 100"),
+        (RESOURCE_IDLE_USAGE_THRESHOLD, "", "must be a number greater than 0 and at most 100"),
     ],
 )
 def test_bad_value_is_invalid_and_named(key: str, value: str, rule: str) -> None:
@@ -74,7 +82,7 @@ def test_error_message_of_the_issue() -> None:
     assert result.errors == (
         "PriorityClass batch-low: annotation "
         'reclaim-idle-resource.scheduling.x-k8s.io/toleration-seconds="-5": '
-        "must be an integer >= 0",
+        "must be an integer from 0 to 31536000 (365 days)",
     )
 
 
