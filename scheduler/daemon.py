@@ -8,7 +8,7 @@ Tasks:
 | informer:pods   | list+watch all Pods: bound ones into the cache, our pending ones queued |
 | informer:priorityclasses, informer:pdbs | stores read by reclaim                       |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
-| cache-expiry    | drops assumed pods whose binding was never confirmed                  |
+| cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
 | scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
 |                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
@@ -130,7 +130,9 @@ class Daemon:
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,
-                PodHandler(self.cache, self.queue, settings.scheduler_name),
+                PodHandler(
+                    self.cache, self.queue, settings.scheduler_name, self.scheduler.pod_gone
+                ),
             ),
             Informer(
                 "priorityclasses",
@@ -217,7 +219,7 @@ class Daemon:
                 tasks = [
                     *(self._guarded(f"informer:{i.name}", i.run, group) for i in self.informers),
                     self._guarded("queue-flush", self.queue.run, group),
-                    self._guarded("cache-expiry", self._expire_assumed, group),
+                    self._guarded("cache-expiry", self._expire_reservations, group),
                     self._guarded("leader-election", self.elector.run, group),
                     self._guarded("scheduling", self._schedule_while_leading, group),
                 ]
@@ -255,10 +257,9 @@ class Daemon:
         coroutine: Coroutine[Any, Any, None] = guard()
         return group.create_task(coroutine, name=name)
 
-    async def _expire_assumed(self) -> None:
+    async def _expire_reservations(self) -> None:
         while True:
             await asyncio.sleep(CACHE_EXPIRY_INTERVAL_S)
-            self.cache.expire_assumed(self.clock())
             expired = self.cache.expire_reservations(
                 self.clock(), self.settings.reclaim.reservation_seconds
             )
