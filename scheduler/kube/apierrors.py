@@ -156,11 +156,12 @@ def _from_body(status: int, body: str, fallback: str) -> APIError:
     return api_error(status, message, reason)
 
 
-async def expect_success(response: Any) -> bytes:
+async def expect_success(response: Any, what: str = "reading the response") -> bytes:
     """Read a raw response; return its body on 2xx, raise the typed APIError otherwise (a
-    connection lost while reading the body is an `APITransportError`). Releases it."""
+    connection lost while reading the body is an `APITransportError` naming `what`). Releases
+    it."""
     try:
-        async with api_call("reading the response"):
+        async with api_call(what):
             body: bytes = await response.read()
         if 200 <= response.status <= 299:
             return body

@@ -45,11 +45,12 @@ async def bind_pod(
         },
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
-    async with api_call(f"binding {namespace}/{name}"):
+    what = f"binding {namespace}/{name}"
+    async with api_call(what):
         response = await core_api.create_namespaced_pod_binding(
             name, namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout
         )
-    await expect_success(response)
+    await expect_success(response, what)
 
 
 async def set_unschedulable(
@@ -77,8 +78,9 @@ async def set_unschedulable(
             ]
         }
     }
-    async with api_call(f"PodScheduled condition of {namespace}/{name}"):
+    what = f"PodScheduled condition of {namespace}/{name}"
+    async with api_call(what):
         response = await core_api.patch_namespaced_pod_status(
             name, namespace, cast(Any, patch), _preload_content=False, _request_timeout=timeout
         )
-    await expect_success(response)
+    await expect_success(response, what)

@@ -171,14 +171,15 @@ class EventRecorder:
     async def _write(self, body: dict[str, Any]) -> None:
         async with self._slots:
             try:
-                async with api_call(f"event {body['reason']}"):
+                what = f"event {body['reason']} about {body['regarding'].get('name', '')}"
+                async with api_call(what):
                     response = await self.api.create_namespaced_event(
                         body["metadata"]["namespace"],
                         cast(Any, body),
                         _preload_content=False,
                         _request_timeout=self.write_timeout,
                     )
-                await expect_success(response)
+                await expect_success(response, what)
                 self.written += 1
             except APIError as error:
                 self.failed += 1

@@ -251,3 +251,16 @@ async def test_task_set_with_a_limit_refuses_when_full() -> None:
     gate.set()
     await tasks.close(timeout=5)
     assert len(tasks) == 0
+
+
+class CutWhileReading(FakeResponse):
+    async def read(self) -> bytes:
+        raise aiohttp.ClientPayloadError("Response payload is not completed")
+
+
+async def test_connection_lost_while_reading_the_answer_is_a_transport_error() -> None:
+    response = CutWhileReading(201)
+    with pytest.raises(APITransportError) as caught:
+        await expect_success(response, "binding default/a")
+    assert str(caught.value).startswith("binding default/a: ClientPayloadError")
+    assert response.released
