@@ -254,7 +254,7 @@ class Scheduler:
         mark = pod.uid or pod.key
         try:
             await set_unschedulable(
-                self.core, pod.namespace, pod.name, message, timeout=self.bind_timeout
+                self.core, pod.namespace, pod.name, message, self.bind_timeout, pod.uid
             )
         except BaseException as error:
             if self._condition_messages.get(mark) == message:

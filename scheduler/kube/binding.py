@@ -59,12 +59,15 @@ async def set_unschedulable(
     name: str,
     message: str,
     timeout: float = 30.0,
+    uid: str = "",
 ) -> None:
     """Set PodScheduled=False, reason Unschedulable, with the FitError message (what
     cluster-autoscaler and Karpenter look for). Raises the typed `APIError` on any failure
-    (an HTTP error answer included)."""
+    (an HTTP error answer included). With `uid`, the patch applies only to that pod: for a pod
+    re-created under the same name the API server refuses it (422: metadata.uid is
+    immutable) instead of marking the new pod with its predecessor's message."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    patch = {
+    patch: dict[str, Any] = {
         "status": {
             "conditions": [
                 {
@@ -78,6 +81,8 @@ async def set_unschedulable(
             ]
         }
     }
+    if uid:
+        patch["metadata"] = {"uid": uid}
     what = f"PodScheduled condition of {namespace}/{name}"
     async with api_call(what):
         response = await core_api.patch_namespaced_pod_status(
