@@ -172,6 +172,11 @@ class Daemon:
             "Scheduling attempts that found no node.",
             reader=lambda: [((), float(self.scheduler.unschedulable))],
         )
+        registry.counter(
+            "gpu_scheduler_events_dropped_total",
+            "Events not written because too many writes were pending.",
+            reader=lambda: [((), float(self.recorder.dropped))],
+        )
         stats = self.reclaimer.stats
         registry.counter(
             "gpu_scheduler_reclaim_attempts_total",
