@@ -4,22 +4,34 @@ Every pod bound to a node counts against it, whoever bound it, until it finishes
 Usage is kept per node row in numpy arrays that filter and score plugins read whole (see
 `Snapshot`); a change touches only the rows of the nodes involved.
 
-Pod states (kube-scheduler's cache, with the binding done by this process):
+Pod states (kube-scheduler's cache since it stopped expiring assumed pods, with the binding
+done by this process):
 
-    (not in cache) --assume--> Assumed --bound seen by the informer (add_pod)--> Added
-          ^                      |   |                                         |   ^
-          |            forget    |   | expire: the binding finished but the    |   | update_pod
-          +----------------------+   | informer never showed the pod bound     |   |
-          +--------------------------+   within `assumed_ttl` seconds           +---+
+    (not in cache) --assume--> Assumed ----add_pod: bound on its node------------> Added
+          ^                    | |  ^ |                                            |  ^
+          |  forget: the       | |  | | finish_binding: the Binding succeeded;     |  | update_pod
+          |  binding failed    | |  +-+ it stays Assumed and never expires         +--+
+          +--------------------+ |                                                 |
+          |                      +----add_pod: bound on another node (replaced) -->|
           |                                                                        |
-          +---------------------------- remove_pod (deleted or finished) ---------+
+          +------ remove_pod (deleted, or missing from a relist), or add_pod ------+
+                  of a finished pod: from Assumed as from Added
 
 - assume: the scheduling cycle chose a node and GPUs; they are taken at once so the next cycle
   sees them used, before the binding call returns.
-- forget: the binding failed; the pod's resources are given back.
-- add_pod for an assumed pod confirms it (its GPU indices stay the ones chosen); for any other
-  bound pod it adds it, taking the GPU indices from its `gpu-scheduler.io/gpus` annotation, or
-  from the documented fill order of `topology.occupancy` when it has none.
+- forget: the binding failed (every error, of any type); the pod's resources are given back.
+- finish_binding: the Binding succeeded. The pod stays assumed until the informer shows it,
+  however late that is: a watch that lags must not make a bound pod's GPUs look free (assumed
+  pods whose binding succeeded are never expired, as in kube-scheduler since Kubernetes 1.23).
+- add_pod for an assumed pod bound on its node confirms it (its GPU indices stay the ones
+  chosen); bound on another node, the informer's view replaces it; finished, it is removed. For
+  any other bound pod it adds it, taking the GPU indices from its `gpu-scheduler.io/gpus`
+  annotation, or from the documented fill order of `topology.occupancy` when it has none.
+- remove_pod: the informer saw the pod deleted (a watch DELETED event, or a relist that no
+  longer lists it); assumed or not, its resources are given back.
+
+Reservations (room held for a nominated pod, `reserve`) are a different mechanism: they expire
+after a TTL (`expire_reservations`).
 
 All methods are synchronous and run on the event loop thread, so a scheduling cycle's filter and
 score see one consistent state without copying: the arrays are the snapshot.
@@ -82,6 +94,7 @@ class PodState:
     gpus: tuple[int, ...]
     assumed: bool
     binding_finished_at: float | None = None
+    """Set on an assumed pod when its Binding succeeded (it waits for the informer)."""
     reserved_at: float | None = None
     """Set for a reservation: when reclaim nominated the node for the pod."""
     observed: bool = False
@@ -107,8 +120,7 @@ class LabelColumn:
 class ClusterCache:
     """Nodes and pods in arrays; see the module docstring for the pod state machine."""
 
-    def __init__(self, assumed_ttl: float = 30.0) -> None:
-        self.assumed_ttl = assumed_ttl
+    def __init__(self) -> None:
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodState] = {}
         self.pods_on_node: dict[str, set[str]] = {}
@@ -400,7 +412,8 @@ class ClusterCache:
         self._insert(pod, node, gpus, assumed=True)
 
     def finish_binding(self, key: str, now: float) -> None:
-        """The binding call returned; start the expiry clock of the assumed pod."""
+        """The binding call succeeded: the assumed pod waits for the informer to confirm it
+        (it is never expired; see the module docstring)."""
         state = self.pods.get(key)
         if state is not None and state.assumed:
             state.binding_finished_at = now
@@ -419,7 +432,9 @@ class ClusterCache:
         """A pod the informer reports. Bound, unfinished pods are counted; others are dropped."""
         existing = self.pods.get(pod.key)
         if not pod.holds_resources:
-            if existing is not None and not existing.assumed:
+            # An assumed pod stays while the informer still shows it pending; once it shows it
+            # bound and finished, it is done.
+            if existing is not None and (not existing.assumed or pod.bound):
                 self._delete(pod.key)
             return
         if existing is not None:
@@ -460,20 +475,6 @@ class ClusterCache:
     def remove_pod(self, key: str) -> None:
         """The pod was deleted: give its resources back."""
         self._delete(key)
-
-    def expire_assumed(self, now: float) -> list[str]:
-        """Drop assumed pods whose binding finished more than `assumed_ttl` seconds ago."""
-        expired = [
-            key
-            for key, state in self.pods.items()
-            if state.assumed
-            and state.binding_finished_at is not None
-            and now - state.binding_finished_at > self.assumed_ttl
-        ]
-        for key in expired:
-            log.warning("assumed_pod_expired", pod=key, ttl_s=self.assumed_ttl)
-            self._delete(key)
-        return expired
 
     def correct_gpus(self, pod_key: str, node: str, gpus: tuple[int, ...]) -> bool:
         """Record the GPU indices a bound pod really holds (from dcgm-exporter); True when the

@@ -3,7 +3,9 @@
     pop -> [leader?] -> pre-checks -> filter + score (one vectorized pass) -> choose GPUs
         -> assume in cache -> start binding task -> next pod
     binding task: [leader?] -> POST binding (GPU annotations ride along) -> Scheduled event
-                  failure: forget the assumption, back the pod off, FailedScheduling event
+                  failure of any kind (an API error, a lost connection, a bug, cancellation):
+                  forget the assumption, back the pod off (unless it is gone or bound by
+                  someone else), FailedScheduling event
 
     no node fits: FailedScheduling event + PodScheduled=False (reason Unschedulable) -> the pod
                   waits in the unschedulable pool until a cluster event may have made room
@@ -11,15 +13,26 @@
 Every failure path gives back what was assumed, so the cache never holds a pod that the API
 server did not bind. The cycle itself is synchronous up to the assume: no other coroutine can
 change the cache between filtering and assuming.
+
+Background work (binds, PodScheduled condition patches, reclaim attempts) runs in tasks of one
+`TaskSet`: each is tracked until it ends and any exception it raises is logged as JSON, so no
+task ends unseen.
+
+The PodScheduled=False condition is patched once per pod UID and message. The patch's answer is
+checked; when it fails the mark is taken back, so the pod's next unschedulable cycle (its next
+retry, after a cluster event or the unschedulable flush) patches again. Marks are dropped when
+the pod is bound or deleted (`pod_gone`), and at most `MAX_CONDITION_MARKS` are kept (the
+oldest go first; forgetting one costs at most one redundant patch).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import structlog
@@ -31,12 +44,15 @@ from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.apierrors import APIError
 from scheduler.kube.binding import bind_pod, set_unschedulable
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
+from scheduler.kube.tasks import TaskSet
 from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
 
 log = structlog.get_logger("gpu-scheduler.cycle")
+
+MAX_CONDITION_MARKS = 10_000
 
 
 @dataclass(frozen=True)
@@ -136,8 +152,10 @@ class Scheduler:
         self.clock = clock
         self.post_filter = post_filter
         self._bind_slots = asyncio.Semaphore(bind_concurrency)
-        self._binds: set[asyncio.Task[Any]] = set()
-        self._condition_messages: dict[str, str] = {}
+        self._tasks = TaskSet("scheduler")
+        self._condition_messages: OrderedDict[str, str] = OrderedDict()
+        """Pod UID -> the message of the PodScheduled=False condition patched (or being
+        patched) for it; see the module docstring."""
         self.bound = 0
         self.unschedulable = 0
 
@@ -187,9 +205,7 @@ class Scheduler:
             self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
         self.cache.assume(pod, placement.node, placement.gpus)
-        task = asyncio.get_running_loop().create_task(self._bind(queued, pod, placement))
-        self._binds.add(task)
-        task.add_done_callback(self._binds.discard)
+        self._tasks.spawn(self._bind(queued, pod, placement), name=f"bind:{pod.key}")
 
     # -- outcomes ------------------------------------------------------------------------------
 
@@ -200,9 +216,7 @@ class Scheduler:
             return
         if self.post_filter.cooling_down(pod.key):
             return
-        task = asyncio.get_running_loop().create_task(self.post_filter.attempt(pod))
-        self._binds.add(task)
-        task.add_done_callback(self._binds.discard)
+        self._tasks.spawn(self.post_filter.attempt(pod), name=f"post-filter:{pod.key}")
 
     def _log_decision(self, pod: PodInfo, placement: Placement, evaluation: Evaluation) -> None:
         scores = evaluation.state.data.get(NVLINK)
@@ -227,27 +241,50 @@ class Scheduler:
         self.queue.requeue_unschedulable(queued, (message,), plugins)
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", message)
-        if self._condition_messages.get(pod.key) != message:
-            self._condition_messages[pod.key] = message
-            task = asyncio.get_running_loop().create_task(self._set_condition(pod, message))
-            self._binds.add(task)
-            task.add_done_callback(self._binds.discard)
+        mark = pod.uid or pod.key
+        if self._condition_messages.get(mark) != message:
+            self._condition_messages[mark] = message
+            self._condition_messages.move_to_end(mark)
+            while len(self._condition_messages) > MAX_CONDITION_MARKS:
+                self._condition_messages.popitem(last=False)
+            self._tasks.spawn(self._set_condition(pod, message), name=f"condition:{pod.key}")
 
     async def _set_condition(self, pod: PodInfo, message: str) -> None:
+        """Patch PodScheduled=False; on failure take the mark back so the next cycle retries."""
+        mark = pod.uid or pod.key
         try:
-            await set_unschedulable(self.core, pod.namespace, pod.name, message)
-        except (APIError, OSError, TimeoutError) as error:
-            self._condition_messages.pop(pod.key, None)
-            if not (isinstance(error, APIError) and error.not_found):
-                log.warning("condition_update_failed", pod=pod.key, error=str(error))
+            await set_unschedulable(
+                self.core, pod.namespace, pod.name, message, self.bind_timeout, pod.uid
+            )
+        except BaseException as error:
+            if self._condition_messages.get(mark) == message:
+                del self._condition_messages[mark]
+            if not isinstance(error, Exception):
+                raise  # cancelled
+            if isinstance(error, APIError) and error.not_found:
+                return  # deleted meanwhile
+            log.warning(
+                "condition_update_failed",
+                pod=pod.key,
+                error=str(error) if isinstance(error, APIError) else repr(error),
+                retry="on the next unschedulable cycle of the pod",
+            )
+
+    def pod_gone(self, uid: str, key: str = "") -> None:
+        """The pod was bound or deleted: forget its condition mark (by UID, or by key for a pod
+        without one)."""
+        self._condition_messages.pop(uid or key, None)
 
     async def _bind(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
-        async with self._bind_slots:
-            if not self.is_leader():
-                self.cache.forget(pod.key)
-                self.queue.requeue_backoff(queued)
-                return
-            try:
+        """The binding cycle. Any failure, of any type, forgets the assumed pod and ends the
+        queue entry's flight (requeued with backoff unless the pod is gone or bound by someone
+        else); cancellation does the same and then propagates."""
+        try:
+            async with self._bind_slots:
+                if not self.is_leader():
+                    self.cache.forget(pod.key)
+                    self.queue.requeue_backoff(queued)
+                    return
                 await bind_pod(
                     self.core,
                     pod.namespace,
@@ -257,16 +294,18 @@ class Scheduler:
                     placement.annotations(),
                     self.bind_timeout,
                 )
-            except (APIError, OSError, TimeoutError, asyncio.CancelledError) as error:
-                self.cache.forget(pod.key)
-                if isinstance(error, asyncio.CancelledError):
-                    self.queue.requeue_backoff(queued)
-                    raise
-                self._bind_failed(queued, pod, placement, error)
-                return
+        except asyncio.CancelledError:
+            self.cache.forget(pod.key)
+            self.queue.requeue_backoff(queued)
+            log.warning("bind_cancelled", pod=pod.key, node=placement.node)
+            raise
+        except Exception as error:
+            self.cache.forget(pod.key)
+            self._bind_failed(queued, pod, placement, error)
+            return
         self.cache.finish_binding(pod.key, self.clock())
         self.queue.done(queued)
-        self._condition_messages.pop(pod.key, None)
+        self.pod_gone(pod.uid, pod.key)
         self.bound += 1
         note = f"Successfully assigned {pod.key} to {placement.node}; {placement.describe()}"
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
@@ -274,15 +313,25 @@ class Scheduler:
         log.info("pod_bound", pod=pod.key, node=placement.node, gpus=list(placement.gpus))
 
     def _bind_failed(
-        self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: BaseException
+        self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: Exception
     ) -> None:
-        gone = isinstance(error, APIError) and error.not_found
-        log.warning("bind_failed", pod=pod.key, node=placement.node, error=str(error), gone=gone)
-        if gone:  # the pod was deleted: nothing to retry
+        """Decide by the error's type: gone -> drop; already bound -> drop (the informer counts
+        it where it really is); anything else -> back off and retry."""
+        api = error if isinstance(error, APIError) else None
+        gone = api is not None and api.not_found
+        assigned = api is not None and api.already_assigned
+        log.warning(
+            "bind_failed",
+            pod=pod.key,
+            node=placement.node,
+            error=str(error) if api else f"{type(error).__name__}: {error}",
+            status=api.status if api else None,
+            gone=gone,
+            already_assigned=assigned,
+            exc_info=None if api else error,
+        )
+        if gone or assigned:
             self.queue.done(queued)
-            return
-        if isinstance(error, APIError) and error.conflict and "already assigned" in error.message:
-            self.queue.done(queued)  # someone else bound it; the informer will count it
             return
         self.queue.requeue_backoff(queued)
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
@@ -293,15 +342,10 @@ class Scheduler:
 
     @property
     def binds_in_flight(self) -> int:
-        return len(self._binds)
+        """Background tasks running: binds, condition patches and reclaim attempts."""
+        return len(self._tasks)
 
     async def finish_binds(self, timeout: float) -> None:
-        """Let in-flight binds finish for up to `timeout` seconds, then cancel the rest (their
-        pods are forgotten and requeued)."""
-        if not self._binds:
-            return
-        _, pending = await asyncio.wait(set(self._binds), timeout=timeout)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        """Let background tasks finish for up to `timeout` seconds, then cancel the rest
+        (pods whose bind is cancelled are forgotten and requeued)."""
+        await self._tasks.close(timeout)

@@ -8,7 +8,7 @@ Tasks:
 | informer:pods   | list+watch all Pods: bound ones into the cache, our pending ones queued |
 | informer:priorityclasses, informer:pdbs | policies and budgets read by reclaim         |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
-| cache-expiry    | drops assumed pods whose binding was never confirmed                  |
+| cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
 | scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
 |                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
@@ -132,7 +132,10 @@ class Daemon:
                 "pods",
                 core.list_pod_for_all_namespaces,
                 PodWatch(
-                    PodHandler(self.cache, self.queue, settings.scheduler_name), self.reclaimer
+                    PodHandler(
+                        self.cache, self.queue, settings.scheduler_name, self.scheduler.pod_gone
+                    ),
+                    self.reclaimer,
                 ),
             ),
             Informer(
@@ -172,6 +175,11 @@ class Daemon:
             "gpu_scheduler_unschedulable_total",
             "Scheduling attempts that found no node.",
             reader=lambda: [((), float(self.scheduler.unschedulable))],
+        )
+        registry.counter(
+            "gpu_scheduler_events_dropped_total",
+            "Events not written because too many writes were pending.",
+            reader=lambda: [((), float(self.recorder.dropped))],
         )
         stats = self.reclaimer.stats
         registry.counter(
@@ -220,7 +228,7 @@ class Daemon:
                 tasks = [
                     *(self._guarded(f"informer:{i.name}", i.run, group) for i in self.informers),
                     self._guarded("queue-flush", self.queue.run, group),
-                    self._guarded("cache-expiry", self._expire_assumed, group),
+                    self._guarded("cache-expiry", self._expire_reservations, group),
                     self._guarded("leader-election", self.elector.run, group),
                     self._guarded("scheduling", self._schedule_while_leading, group),
                 ]
@@ -258,10 +266,9 @@ class Daemon:
         coroutine: Coroutine[Any, Any, None] = guard()
         return group.create_task(coroutine, name=name)
 
-    async def _expire_assumed(self) -> None:
+    async def _expire_reservations(self) -> None:
         while True:
             await asyncio.sleep(CACHE_EXPIRY_INTERVAL_S)
-            self.cache.expire_assumed(self.clock())
             expired = self.cache.expire_reservations(
                 self.clock(), self.settings.reclaim.reservation_seconds
             )

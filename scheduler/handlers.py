@@ -4,14 +4,18 @@
   (allocatable, taints, labels, unschedulable), moves the unschedulable pods back to the queue.
   A node whose fields are invalid gets an Event naming the field (once per distinct problem).
 - Pods bound to a node (by anyone): counted in the cache until they finish or are deleted; a pod
-  deleted or finished moves the unschedulable pods back to the queue.
+  deleted or finished moves the unschedulable pods back to the queue. A pod deleted (a watch
+  event, or missing from a relist: the informer's diff calls `on_delete` for it) leaves the
+  cache also while it is assumed, and so does an assumed pod the informer shows finished.
+- `gone(uid, key)` is told of every pod that was bound or deleted, so per-pod bookkeeping
+  elsewhere (the scheduler's PodScheduled condition marks) is pruned.
 - Pods pending for this scheduler (our schedulerName, no node, not terminating): queued.
 - PriorityClasses and PodDisruptionBudgets are kept by their informers' stores for reclaim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -122,11 +126,16 @@ class PodHandler:
     """Informer handler for Pods of every namespace."""
 
     def __init__(
-        self, cache: ClusterCache, queue: SchedulingQueue[PodInfo], scheduler_name: str
+        self,
+        cache: ClusterCache,
+        queue: SchedulingQueue[PodInfo],
+        scheduler_name: str,
+        gone: Callable[[str, str], None] | None = None,
     ) -> None:
         self.cache = cache
         self.queue = queue
         self.scheduler_name = scheduler_name
+        self.gone = gone
 
     def _ours_and_pending(self, pod: PodInfo) -> bool:
         return (
@@ -142,6 +151,8 @@ class PodHandler:
             was_counted = pod.key in self.cache.pods
             self.cache.add_pod(pod)
             self.queue.delete(pod.key)
+            if self.gone is not None:
+                self.gone(pod.uid, pod.key)
             if was_counted and not pod.holds_resources:
                 self.queue.move_all_to_active_or_backoff("PodFinished")
         elif self._ours_and_pending(pod):
@@ -160,6 +171,8 @@ class PodHandler:
     def on_delete(self, obj: Mapping[str, Any]) -> None:
         pod = parse_pod(obj)
         self.queue.delete(pod.key)
+        if self.gone is not None:
+            self.gone(pod.uid, pod.key)
         if pod.key in self.cache.pods:
             self.cache.remove_pod(pod.key)
             self.queue.move_all_to_active_or_backoff("PodDelete")

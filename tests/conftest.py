@@ -4,10 +4,14 @@ Every test under tests/integration/ is marked `integration` and gets the session
 cluster (etcd, kube-apiserver with RBAC, kube-controller-manager, kwok, kube-scheduler, Prometheus
 and the fake dcgm-exporter). With CI=true a cluster that cannot start fails the run; elsewhere the
 integration tests are skipped with the reason, and unit tests still run.
+
+Every test also runs under `no_leaked_tasks`: a test that leaves an asyncio task running that it
+created fails (session fixtures' long-lived tasks, created before the test, do not count).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -33,6 +37,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_DIR in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True)
+async def no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail the test if a task it created is still pending when it (and every function-scoped
+    fixture, torn down before this one) has ended. Runs on the session's event loop: tasks that
+    existed before the test, e.g. session fixtures' background tasks, are not counted; a task
+    cancelled during teardown gets a few loop iterations to unwind before it counts."""
+    before = asyncio.all_tasks()
+    yield
+    for _ in range(3):
+        leaked = _pending_since(before)
+        if not leaked:
+            return
+        await asyncio.sleep(0)
+    leaked = _pending_since(before)
+    for task in leaked:  # do not let one test's leak fail the tests after it
+        task.cancel()
+    if leaked:
+        await asyncio.wait(leaked, timeout=5)
+        names = sorted(f"{t.get_name()}: {t.get_coro()!r}" for t in leaked)
+        pytest.fail(f"{len(names)} asyncio task(s) leaked by the test: {names}", pytrace=False)
+
+
+def _pending_since(before: set[asyncio.Task[object]]) -> set[asyncio.Task[object]]:
+    current = asyncio.current_task()
+    return {t for t in asyncio.all_tasks() if t not in before and t is not current and not t.done()}
 
 
 @pytest.fixture(scope="session")

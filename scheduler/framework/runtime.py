@@ -5,9 +5,13 @@
     filters -> narrow -> feasible (rows,) -> [no node: Diagnosis.message()] -> scores -> total
             -> pick_best (seeded tie-break) -> node row
 
-The failure message follows kube-scheduler's FitError: "0/8 nodes are available: 6 Insufficient
-nvidia.com/gpu, 2 node(s) had untolerated taint {dedicated: infra}." A node rejected for several
-reasons counts once under each; reasons are listed by count, most frequent first, then by text.
+The failure message follows kube-scheduler's FitError: "0/8 nodes are available: 2 node(s) had
+untolerated taint {dedicated: infra}, 6 Insufficient nvidia.com/gpu." kube-scheduler stops at the
+first filter plugin that rejects a node, so each node is described by that one plugin, in profile
+order (filters, then narrowers): its reason, or its reasons when that plugin gives several for
+the node (NodeResourcesFit: "Insufficient cpu" and "Insufficient memory"), each counted once per
+node. Later plugins that would also reject the node are not counted. The "<count> <reason>"
+entries are sorted as strings, as kube-scheduler's FitError sorts them.
 """
 
 from __future__ import annotations
@@ -42,17 +46,26 @@ class Diagnosis:
     rejections: list[Rejection] = field(default_factory=list)
 
     def reason_counts(self, valid: BoolArray) -> dict[str, int]:
-        counts: dict[str, int] = {}
+        """Reason -> nodes among `valid` (rows,) that it describes: each node by the reasons of
+        the first plugin (in the order rejections were recorded) that rejected it."""
+        owner = np.full(valid.shape[0], -1, dtype=np.int32)  # owner: (rows,) plugin index
+        plugins: dict[str, int] = {}
+        described: dict[str, BoolArray] = {}  # reason -> (rows,)
         for rejection in self.rejections:
-            count = int((rejection.failed & valid).sum())
-            if count:
-                counts[rejection.reason] = counts.get(rejection.reason, 0) + count
-        return counts
+            plugin = plugins.setdefault(rejection.plugin, len(plugins))
+            failed = rejection.failed & valid  # failed: (rows,)
+            owner[failed & (owner < 0)] = plugin
+            mine = failed & (owner == plugin)  # mine: (rows,)
+            if rejection.reason in described:
+                described[rejection.reason] |= mine
+            else:
+                described[rejection.reason] = mine
+        counts = {reason: int(mask.sum()) for reason, mask in described.items()}
+        return {reason: count for reason, count in counts.items() if count}
 
     def message(self, valid: BoolArray) -> str:
         counts = self.reason_counts(valid)
-        ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-        detail = ", ".join(f"{count} {reason}" for reason, count in ordered)
+        detail = ", ".join(sorted(f"{count} {reason}" for reason, count in counts.items()))
         head = f"0/{self.node_count} nodes are available"
         return f"{head}: {detail}." if detail else f"{head}."
 

@@ -4,22 +4,60 @@ The daemon calls the generated kubernetes_asyncio methods with `_preload_content
 into the generated model classes is slow, and it fails for some answers (a Binding answers with a
 Status). Without decoding the client does not raise on HTTP errors, so every such call goes
 through `expect_success`, which raises `APIError` with the API server's own message.
+
+Errors are typed, so callers decide by class or property, never by message text:
+
+    APIError                     any failed call; `status` is the HTTP status, 0 without an answer
+      APITransportError          no answer: connection refused or reset, server disconnected,
+                                 timeout (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+      APINotFoundError           404: the object is gone
+      APIConflictError           409: a precondition or the object's state does not allow it
+        APIAlreadyAssignedError  409 on a Binding: the pod is already bound to a node
+      APITooManyRequestsError    429: e.g. an eviction a PodDisruptionBudget does not allow now
+
+`api_call(what)` wraps one request: inside it, client errors of every kind come out as an
+`APITransportError` (status 0) naming the request, so an adapter never lets an aiohttp or socket
+exception escape to its caller.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiException
+
+MAX_MESSAGE_CHARS = 1000
+"""API messages are truncated to this length (they are echoed into logs and events)."""
+
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ClientError,
+    asyncio.TimeoutError,
+    TimeoutError,
+    OSError,
+)
+"""What a request can raise when no answer arrives (aiohttp's errors are not all OSErrors:
+ServerDisconnectedError, for one, is not)."""
 
 
 class APIError(RuntimeError):
     """An API call failed; `status` is the HTTP status (0 when no answer came)."""
 
     def __init__(self, status: int, message: str, reason: str = "") -> None:
+        message = _truncate(message)
         super().__init__(f"{status} {reason}: {message}".strip() if status else message)
         self.status = status
         self.reason = reason
         self.message = message
+
+    @property
+    def transport(self) -> bool:
+        """No answer came (the request may or may not have reached the API server)."""
+        return self.status == 0
 
     @property
     def not_found(self) -> bool:
@@ -30,22 +68,103 @@ class APIError(RuntimeError):
         return self.status == 409
 
     @property
+    def already_assigned(self) -> bool:
+        """A Binding was refused because the pod is already bound."""
+        return False
+
+    @property
     def too_many_requests(self) -> bool:
         return self.status == 429
 
 
-async def expect_success(response: Any) -> bytes:
-    """Read a raw response; return its body on 2xx, raise APIError otherwise. Releases it."""
+class APITransportError(APIError):
+    """No answer (status 0)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
+
+
+class APINotFoundError(APIError):
+    """404."""
+
+
+class APIConflictError(APIError):
+    """409."""
+
+
+class APIAlreadyAssignedError(APIConflictError):
+    """409 on a Binding for a pod that already has a node."""
+
+    @property
+    def already_assigned(self) -> bool:
+        return True
+
+
+class APITooManyRequestsError(APIError):
+    """429."""
+
+
+_ALREADY_ASSIGNED = "is already assigned to node"
+"""The API server's text for a Binding of a bound pod (registry/core/pod/storage: "pod %s is
+already assigned to node %q"); 409 has no finer machine-readable reason. Only `api_error`
+reads it."""
+
+
+def api_error(status: int, message: str, reason: str = "") -> APIError:
+    """The typed error for an HTTP status and the API server's Status message and reason."""
+    if status == 0:
+        return APITransportError(message)
+    if status == 404:
+        return APINotFoundError(status, message, reason)
+    if status == 409:
+        if _ALREADY_ASSIGNED in message:
+            return APIAlreadyAssignedError(status, message, reason)
+        return APIConflictError(status, message, reason)
+    if status == 429:
+        return APITooManyRequestsError(status, message, reason)
+    return APIError(status, message, reason)
+
+
+def _truncate(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+@asynccontextmanager
+async def api_call(what: str) -> AsyncIterator[None]:
+    """Turn every client-side failure inside the block into an `APIError`:
+    transport errors into `APITransportError("<what>: <error>")`, the generated client's
+    `ApiException` into the typed error of its status. `APIError` and cancellation pass."""
     try:
-        body: bytes = await response.read()
+        yield
+    except APIError:
+        raise
+    except ApiException as error:
+        body = error.body.decode(errors="replace") if isinstance(error.body, bytes) else ""
+        raise _from_body(int(error.status or 0), body, str(error.reason or "")) from error
+    except TRANSPORT_ERRORS as error:
+        raise APITransportError(f"{what}: {type(error).__name__}: {error}") from error
+
+
+def _from_body(status: int, body: str, fallback: str) -> APIError:
+    message, reason = body or fallback, ""
+    try:
+        parsed = json.loads(body)
+        message = str(parsed.get("message", message))
+        reason = str(parsed.get("reason", ""))
+    except (ValueError, AttributeError):
+        pass
+    return api_error(status, message, reason)
+
+
+async def expect_success(response: Any, what: str = "reading the response") -> bytes:
+    """Read a raw response; return its body on 2xx, raise the typed APIError otherwise (a
+    connection lost while reading the body is an `APITransportError` naming `what`). Releases
+    it."""
+    try:
+        async with api_call(what):
+            body: bytes = await response.read()
         if 200 <= response.status <= 299:
             return body
-        message, reason = body.decode(errors="replace"), ""
-        try:
-            status = json.loads(body)
-            message, reason = str(status.get("message", message)), str(status.get("reason", ""))
-        except (ValueError, AttributeError):
-            pass
-        raise APIError(int(response.status), message, reason)
+        raise _from_body(int(response.status), body.decode(errors="replace"), "")
     finally:
         response.release()

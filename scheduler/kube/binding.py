@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.kube.apierrors import APIError, expect_success
+from scheduler.kube.apierrors import api_call, expect_success
 
 CONDITION_TYPE = "PodScheduled"
 UNSCHEDULABLE_REASON = "Unschedulable"
@@ -27,7 +27,9 @@ async def bind_pod(
     annotations: Mapping[str, str],
     timeout: float,
 ) -> None:
-    """POST pods/{name}/binding. Raises APIError with the API's message on any failure.
+    """POST pods/{name}/binding. Raises the typed `APIError` on any failure, whatever the
+    client raised (a lost connection is an `APITransportError`; a pod bound meanwhile an
+    `APIAlreadyAssignedError`; a deleted pod an `APINotFoundError`).
 
     The pod's UID is a precondition, so a pod deleted and re-created under the same name is
     never bound by a decision made for its predecessor.
@@ -43,22 +45,29 @@ async def bind_pod(
         },
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
-    try:
+    what = f"binding {namespace}/{name}"
+    async with api_call(what):
         response = await core_api.create_namespaced_pod_binding(
             name, namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout
         )
-    except (OSError, TimeoutError) as error:
-        raise APIError(0, f"binding request failed: {error!r}") from error
-    await expect_success(response)
+    await expect_success(response, what)
 
 
 async def set_unschedulable(
-    core_api: client.CoreV1Api, namespace: str, name: str, message: str
+    core_api: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    message: str,
+    timeout: float = 30.0,
+    uid: str = "",
 ) -> None:
     """Set PodScheduled=False, reason Unschedulable, with the FitError message (what
-    cluster-autoscaler and Karpenter look for). Raises APIError."""
+    cluster-autoscaler and Karpenter look for). Raises the typed `APIError` on any failure
+    (an HTTP error answer included). With `uid`, the patch applies only to that pod: for a pod
+    re-created under the same name the API server refuses it (422: metadata.uid is
+    immutable) instead of marking the new pod with its predecessor's message."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    patch = {
+    patch: dict[str, Any] = {
         "status": {
             "conditions": [
                 {
@@ -72,6 +81,11 @@ async def set_unschedulable(
             ]
         }
     }
-    await core_api.patch_namespaced_pod_status(
-        name, namespace, cast(Any, patch), _preload_content=False
-    )
+    if uid:
+        patch["metadata"] = {"uid": uid}
+    what = f"PodScheduled condition of {namespace}/{name}"
+    async with api_call(what):
+        response = await core_api.patch_namespaced_pod_status(
+            name, namespace, cast(Any, patch), _preload_content=False, _request_timeout=timeout
+        )
+    await expect_success(response, what)

@@ -40,6 +40,8 @@ class StandIn:
     base: str
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     seen: list[dict[str, str]] = field(default_factory=list)
+    slow_ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the slow endpoint's handler has finished (its task is gone)."""
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +65,11 @@ async def stand_in() -> AsyncIterator[StandIn]:
         return web.Response(status=500, text="<html>internal proxy error</html>")
 
     async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(SLOW_S)
-        return web.json_response({"status": "success", "data": _vector([])})
+        try:
+            await asyncio.sleep(SLOW_S)
+            return web.json_response({"status": "success", "data": _vector([])})
+        finally:
+            server.slow_ended.set()
 
     async def matrix(request: web.Request) -> web.Response:
         return web.json_response({"status": "success", "data": {"resultType": "matrix"}})
@@ -146,6 +151,7 @@ async def test_slow_answer_is_unavailable(stand_in: StandIn) -> None:
     assert loop.time() - started < SLOW_S
     assert "no answer within 0.2 s" in str(caught.value)
     assert caught.value.reason == "unavailable"
+    await asyncio.wait_for(stand_in.slow_ended.wait(), SLOW_S * 5)  # its handler task ends
 
 
 async def test_closed_port_is_unavailable() -> None:

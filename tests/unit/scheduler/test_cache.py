@@ -337,8 +337,6 @@ def test_confirming_an_assumed_pod_keeps_its_gpus() -> None:
     assert not cache.is_assumed("default/a")
     assert cache.gpus_of("default/a") == (4, 5)
     assert usage(cache, "n")[GPU] == 2
-    assert cache.expire_assumed(now=10_000.0) == []
-    assert usage(cache, "n")[GPU] == 2
 
 
 def test_informer_seeing_the_pod_unbound_keeps_the_assumption() -> None:
@@ -358,32 +356,10 @@ def test_pod_bound_elsewhere_replaces_the_assumption() -> None:
     assert usage(cache, "b")[GPU] == 2
 
 
-@pytest.mark.parametrize(
-    ("finished_at", "now", "expired"),
-    [
-        pytest.param(None, 1e9, False, id="binding-not-finished"),
-        pytest.param(100.0, 129.0, False, id="before-ttl"),
-        pytest.param(100.0, 130.0, False, id="at-ttl"),
-        pytest.param(100.0, 130.5, True, id="after-ttl"),
-    ],
-)
-def test_expire_assumed(finished_at: float | None, now: float, expired: bool) -> None:
-    cache = ClusterCache(assumed_ttl=30.0)
-    cache.add_or_update_node(node_info("n"))
-    cache.assume(pod_info("a", gpus=2, cpu="1"), "n", (0, 1))
-    if finished_at is not None:
-        cache.finish_binding("default/a", now=finished_at)
-    result = cache.expire_assumed(now=now)
-    assert result == (["default/a"] if expired else [])
-    assert usage(cache, "n") == ([0, 0, 0, 0, 0] if expired else [1000, 0, 0, 1, 2])
-    assert free_domains(cache, "n") == ([4, 4] if expired else [2, 4])
-
-
 def test_finish_binding_ignores_confirmed_pods() -> None:
     cache = cluster(make_node("n"), pods=[make_pod("a", node="n")])
     cache.finish_binding("default/a", now=0.0)
     assert cache.pods["default/a"].binding_finished_at is None
-    assert cache.expire_assumed(now=1e9) == []
 
 
 def test_assume_on_unknown_node_counts_when_it_appears() -> None:

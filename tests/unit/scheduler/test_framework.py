@@ -83,12 +83,12 @@ def test_message_counts_and_orders_reasons() -> None:
     assert evaluation.chosen == NO_NODE
     message = evaluation.diagnosis.message(Snapshot(cache).valid)
     assert message == (
-        "0/8 nodes are available: 6 Insufficient nvidia.com/gpu, "
-        "2 node(s) had untolerated taint {dedicated: infra}."
+        "0/8 nodes are available: 2 node(s) had untolerated taint {dedicated: infra}, "
+        "6 Insufficient nvidia.com/gpu."
     )
 
 
-def test_node_is_counted_under_each_of_its_reasons() -> None:
+def test_node_is_counted_under_the_first_plugin_that_rejects_it() -> None:
     cache = cluster(
         make_node("both", taints=[taint("k", "v")], cpu="1"),
         make_node("cpu", cpu="1"),
@@ -99,12 +99,12 @@ def test_node_is_counted_under_each_of_its_reasons() -> None:
     evaluation = evaluate(daemon_framework(), cache, pod)
     message = evaluation.diagnosis.message(Snapshot(cache).valid)
     assert message == (
-        "0/3 nodes are available: 2 Insufficient cpu, 1 Insufficient nvidia.com/gpu, "
-        "1 node(s) had untolerated taint {k: v}, 1 node(s) were unschedulable."
+        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}, "
+        "1 node(s) were unschedulable."
     )
 
 
-def test_equal_counts_are_ordered_by_text() -> None:
+def test_each_node_takes_the_reason_of_its_first_filter() -> None:
     framework = Framework(
         [
             FixedFilter("Z", "zeta", (0,)),
@@ -116,7 +116,7 @@ def test_equal_counts_are_ordered_by_text() -> None:
     cache = cluster(make_node("a"), make_node("b"), make_node("c"))
     evaluation = evaluate(framework, cache, pod_info())
     assert evaluation.diagnosis.message(Snapshot(cache).valid) == (
-        "0/3 nodes are available: 3 mu, 1 alpha, 1 zeta."
+        "0/3 nodes are available: 1 alpha, 1 mu, 1 zeta."
     )
 
 
@@ -147,16 +147,16 @@ def test_message_without_nodes() -> None:
     )
 
 
-def test_same_reason_from_two_plugins_adds_up() -> None:
+def test_same_reason_from_two_plugins_counts_each_node_once() -> None:
     diagnosis = Diagnosis(
         node_count=2,
         feasible=np.array([False, False]),
         rejections=[
-            Rejection("r", np.array([True, False]), True),
-            Rejection("r", np.array([True, True]), True),
+            Rejection("r", np.array([True, False]), True, "P"),
+            Rejection("r", np.array([True, True]), True, "Q"),
         ],
     )
-    assert diagnosis.message(np.array([True, True])) == "0/2 nodes are available: 3 r."
+    assert diagnosis.message(np.array([True, True])) == "0/2 nodes are available: 2 r."
 
 
 # -- resolvable nodes -----------------------------------------------------------------------------

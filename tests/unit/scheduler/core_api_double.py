@@ -1,0 +1,163 @@
+"""A small in-memory stand-in for the API calls of the scheduling core, and a `Scheduler` wired to
+it with a fake clock, for fast unit tests of binding, conditions and events.
+
+`FakeCoreV1` and `FakeEventsV1` answer like the generated kubernetes_asyncio methods called with
+`_preload_content=False`: they return a raw response (status + body) and never raise for an HTTP
+error. Each call takes the next scripted outcome of its list (an HTTP status, a status with a
+message, or an exception to raise, e.g. `aiohttp.ServerDisconnectedError()`); with the list empty
+it succeeds. A `gate` (an asyncio.Event) makes calls wait until it is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from scheduler.cache import ClusterCache
+from scheduler.config import SchedulerConfig
+from scheduler.cycle import Scheduler
+from scheduler.kube.events import EventRecorder
+from scheduler.objects import PodInfo
+from scheduler.profile import default_framework
+from scheduler.queue import SchedulingQueue
+
+Outcome = int | tuple[int, str] | BaseException
+"""201 / (409, "message") / an exception to raise."""
+
+NO_CLIENT: Any = object()
+"""Stands in for the ApiClient the generated API classes keep (never used by the fakes)."""
+
+
+class FakeResponse:
+    """A raw aiohttp-like response: `status`, `read()`, `release()`."""
+
+    def __init__(self, status: int, message: str = "") -> None:
+        self.status = status
+        body: dict[str, Any] = {"kind": "Status", "code": status}
+        if message:
+            body["message"] = message
+            body["reason"] = {404: "NotFound", 409: "Conflict"}.get(status, "InternalError")
+        self._body = json.dumps(body).encode()
+        self.released = False
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def release(self) -> None:
+        self.released = True
+
+
+async def _answer(outcomes: list[Outcome], gate: asyncio.Event | None, ok: int) -> FakeResponse:
+    if gate is not None:
+        await gate.wait()
+    outcome: Outcome = outcomes.pop(0) if outcomes else ok
+    if isinstance(outcome, BaseException):
+        raise outcome
+    if isinstance(outcome, tuple):
+        return FakeResponse(*outcome)
+    return FakeResponse(outcome)
+
+
+@dataclass
+class FakeCoreV1:
+    """Binding and pod status patches."""
+
+    bind_outcomes: list[Outcome] = field(default_factory=list)
+    patch_outcomes: list[Outcome] = field(default_factory=list)
+    bind_gate: asyncio.Event | None = None
+    bindings: list[dict[str, Any]] = field(default_factory=list)
+    patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    async def create_namespaced_pod_binding(
+        self, name: str, namespace: str, body: dict[str, Any], **_: Any
+    ) -> FakeResponse:
+        self.bindings.append(body)
+        return await _answer(self.bind_outcomes, self.bind_gate, 201)
+
+    async def patch_namespaced_pod_status(
+        self, name: str, namespace: str, body: dict[str, Any], **_: Any
+    ) -> FakeResponse:
+        self.patches.append((namespace, name, body))
+        return await _answer(self.patch_outcomes, None, 200)
+
+    def condition_messages(self) -> list[str]:
+        return [body["status"]["conditions"][0]["message"] for _, _, body in self.patches]
+
+
+@dataclass
+class FakeEventsV1:
+    """Event writes."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    gate: asyncio.Event | None = None
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+
+    async def create_namespaced_event(
+        self, namespace: str, body: dict[str, Any], **_: Any
+    ) -> FakeResponse:
+        self.bodies.append(body)
+        return await _answer(self.outcomes, self.gate, 201)
+
+
+@dataclass
+class FakeClock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Harness:
+    """A Scheduler on a cache, with its queue, recorder and fakes sharing one fake clock."""
+
+    cache: ClusterCache
+    clock: FakeClock
+    queue: SchedulingQueue[PodInfo]
+    core: FakeCoreV1
+    events: FakeEventsV1
+    recorder: EventRecorder
+    scheduler: Scheduler
+
+    def add(self, pod: PodInfo) -> None:
+        self.queue.add(pod.key, pod.priority, pod)
+
+    async def cycle(self) -> str:
+        """Pop the next pod, run its scheduling cycle and wait for its background work (bind,
+        condition patch, events) to end; returns its key."""
+        queued = self.queue.pop_nowait()
+        assert queued is not None, "no pod is ready in the queue"
+        self.scheduler.schedule_one(queued)
+        await self.settle()
+        return queued.key
+
+    async def settle(self) -> None:
+        await self.scheduler.finish_binds(timeout=30)
+        await self.recorder.drain(timeout=30)
+
+    def after_backoff(self, attempts: int) -> None:
+        """Move the clock just past the backoff of a pod requeued now after `attempts` pops."""
+        self.clock.now += self.queue.backoff_duration(attempts) + 0.001
+
+
+def harness(cache: ClusterCache, backoff_initial: float = 1.0) -> Harness:
+    clock = FakeClock()
+    queue: SchedulingQueue[PodInfo] = SchedulingQueue(
+        clock=clock, backoff_initial=backoff_initial, backoff_max=10.0
+    )
+    core, events = FakeCoreV1(), FakeEventsV1()
+    recorder = EventRecorder(NO_CLIENT, "gpu-scheduler", "test", clock=clock)
+    recorder.api = cast(Any, events)
+    scheduler = Scheduler(
+        scheduler_name="gpu-scheduler",
+        cache=cache,
+        queue=queue,
+        framework=default_framework(SchedulerConfig()),
+        api_client=NO_CLIENT,
+        recorder=recorder,
+        clock=clock,
+    )
+    scheduler.core = cast(Any, core)
+    return Harness(cache, clock, queue, core, events, recorder, scheduler)
