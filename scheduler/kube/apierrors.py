@@ -100,6 +100,11 @@ class APIAlreadyAssignedError(APIConflictError):
         return True
 
 
+class APIPreconditionFailedError(APIConflictError):
+    """409 because a precondition (the UID of a delete or an eviction) names another object:
+    the pod meant is gone, a pod of the same name stands in its place."""
+
+
 class APITooManyRequestsError(APIError):
     """429."""
 
@@ -108,6 +113,10 @@ _ALREADY_ASSIGNED = "is already assigned to node"
 """The API server's text for a Binding of a bound pod (registry/core/pod/storage: "pod %s is
 already assigned to node %q"); 409 has no finer machine-readable reason. Only `api_error`
 reads it."""
+
+_PRECONDITION_FAILED = "Precondition failed"
+"""The API server's text for a failed UID precondition (apimachinery's
+NewConflict(..., "Precondition failed: UID in precondition: ...")). Only `api_error` reads it."""
 
 
 def api_error(status: int, message: str, reason: str = "") -> APIError:
@@ -119,6 +128,8 @@ def api_error(status: int, message: str, reason: str = "") -> APIError:
     if status == 409:
         if _ALREADY_ASSIGNED in message:
             return APIAlreadyAssignedError(status, message, reason)
+        if _PRECONDITION_FAILED in message:
+            return APIPreconditionFailedError(status, message, reason)
         return APIConflictError(status, message, reason)
     if status == 429:
         return APITooManyRequestsError(status, message, reason)

@@ -8,7 +8,14 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.kube.apierrors import APIError, expect_success
+from scheduler.kube.apierrors import (
+    APIError,
+    APINotFoundError,
+    APIPreconditionFailedError,
+    APITooManyRequestsError,
+    api_call,
+    expect_success,
+)
 
 
 class EvictionResult(Enum):
@@ -31,27 +38,30 @@ async def evict_pod(
         "metadata": {"name": name, "namespace": namespace},
         "deleteOptions": {"preconditions": {"uid": uid}} if uid else {},
     }
+    what = f"eviction of {namespace}/{name}"
     try:
-        response = await core.create_namespaced_pod_eviction(
-            name, namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout
-        )
-        await expect_success(response)
+        async with api_call(what):
+            response = await core.create_namespaced_pod_eviction(
+                name, namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout
+            )
+        await expect_success(response, what)
+    except (APINotFoundError, APIPreconditionFailedError) as error:
+        return EvictionResult.GONE, error.message
+    except APITooManyRequestsError as error:
+        return EvictionResult.BLOCKED, error.message
     except APIError as error:
-        if error.not_found or (error.conflict and "UID" in error.message):
-            return EvictionResult.GONE, error.message
-        if error.too_many_requests:
-            return EvictionResult.BLOCKED, error.message
         return EvictionResult.FAILED, str(error)
-    except (OSError, TimeoutError) as error:
-        return EvictionResult.FAILED, repr(error)
     return EvictionResult.EVICTED, ""
 
 
 async def nominate(core: client.CoreV1Api, namespace: str, name: str, node: str) -> None:
     """Set status.nominatedNodeName on the preemptor (as kube-scheduler's preemption does), so
-    users and other components see where room is being made for it. Raises APIError."""
+    users and other components see where room is being made for it. Raises the typed APIError
+    on any failure, a lost connection included."""
     patch = {"status": {"nominatedNodeName": node}}
-    response = await core.patch_namespaced_pod_status(
-        name, namespace, cast(Any, patch), _preload_content=False
-    )
-    await expect_success(response)
+    what = f"nomination of {namespace}/{name}"
+    async with api_call(what):
+        response = await core.patch_namespaced_pod_status(
+            name, namespace, cast(Any, patch), _preload_content=False
+        )
+    await expect_success(response, what)
