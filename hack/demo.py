@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes_asyncio import client, config
@@ -39,7 +41,8 @@ from hack.localcluster.nodes import spec_from_mapping
 
 DEFAULT_WORK_DIR = REPO_ROOT / "_out" / "demo"
 WORKLOADS = REPO_ROOT / "manifests" / "examples" / "workloads.yaml"
-SETTLE_SECONDS = 3.0
+SETTLE_TIMEOUT_SECONDS = 60.0
+"""How long the demo waits for the scheduler to decide every example pod before printing."""
 COLUMNS = ",".join(
     [
         "POD:.metadata.name",
@@ -50,6 +53,26 @@ COLUMNS = ",".join(
         "WHY:.status.conditions[?(@.type=='PodScheduled')].message",
     ]
 )
+
+
+def decided(pod: dict[str, Any]) -> bool:
+    """Whether the scheduler has decided `pod`: bound to a node, or marked unschedulable."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return True
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
+
+
+def wait_for_decisions(cluster: LocalCluster, namespace: str, timeout: float) -> None:
+    """Poll until every pod of `namespace` is decided (see `decided`), at most `timeout` s; the
+    table printed afterwards shows whatever state the pods are in then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
+        pods = json.loads(listed).get("items", []) if listed.strip() else []
+        if pods and all(decided(pod) for pod in pods):
+            return
+        time.sleep(0.5)
 
 
 def start_scheduler(cluster: LocalCluster) -> str:
@@ -139,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not args.no_scheduler:
             print(cluster.kubectl("apply", "-f", str(WORKLOADS)).stdout, end="")
-            time.sleep(SETTLE_SECONDS)
+            wait_for_decisions(cluster, "demo", SETTLE_TIMEOUT_SECONDS)
             print(
                 cluster.kubectl(
                     "get", "pods", "-n", "demo", "-o", f"custom-columns={COLUMNS}"
