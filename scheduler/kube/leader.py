@@ -406,7 +406,7 @@ class LeaderElector(Elector):
     def _held(self, started: float) -> None:
         """An acquire or renew that started at clock reading `started` succeeded."""
         self._renewed_at = started
-        if self._fence is not None:
+        if self._fence is not None and not self._stop.is_set():  # release() closed it for good
             self._fence.renewed(started)
 
     def _end_term(self, reason: str, released: bool = False) -> None:
