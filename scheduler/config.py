@@ -322,8 +322,9 @@ class BindingConfig:
 
     concurrency: int = field(default=16, metadata=_reads(_integer(1)))
     """Bindings in flight at once; further placed pods wait for a slot."""
-    timeout_seconds: float = field(default=30.0, metadata=_reads(_positive_seconds))
-    """Time allowed for one binding call; past it the pod is forgotten and requeued."""
+    timeout_seconds: float = field(default=5.0, metadata=_reads(_positive_seconds))
+    """Time allowed for one binding call; past it the pod is forgotten and requeued. With leader
+    election on, at most `renewDeadlineSeconds - retryPeriodSeconds` (see `SchedulerConfig`)."""
 
     def __post_init__(self) -> None:
         _check_settings(self)
@@ -510,6 +511,7 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         _check_settings(self)
+        _check_write_timeouts(self.binding, self.leader_election)
 
     @property
     def metrics_host(self) -> str:
@@ -525,6 +527,25 @@ class SchedulerConfig:
     def logging_level(self) -> int:
         """`log_level` as a `logging` module level number."""
         return int(logging.getLevelName(self.log_level.upper()))
+
+
+def _check_write_timeouts(binding: BindingConfig, election: LeaderElectionConfig) -> None:
+    """With leader election on, every write is fenced by the Lease (`scheduler.kube.fence`): it
+    may start until the renew deadline of the last successful renewal, and its timeout is cut to
+    end by then. A leader renews every retry period, so a write started at any moment of a
+    healthy term has at least `renewDeadline - retryPeriod` left: a configured write timeout
+    longer than that would be cut short in healthy terms, i.e. it could never be honoured."""
+    if not election.enabled:
+        return
+    budget = election.renew_deadline_seconds - election.retry_period_seconds
+    if binding.timeout_seconds > budget:
+        raise ConfigError(
+            "binding.timeoutSeconds",
+            "must be <= leaderElection.renewDeadlineSeconds - leaderElection.retryPeriodSeconds "
+            f"({_fmt(budget)}) with leader election on (writes are cut off at the renew deadline), "
+            f"got {_fmt(binding.timeout_seconds)}",
+            related=("leaderElection.renewDeadlineSeconds", "leaderElection.retryPeriodSeconds"),
+        )
 
 
 # --- environment and flags ------------------------------------------------------------------

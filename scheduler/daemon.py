@@ -13,6 +13,7 @@ Tasks:
 | scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
 |                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
 | allocation-tracking | with reclaim on: GPU indices pods really hold, from dcgm-exporter |
+| gpu-conflicts   | while leading: reports pods sharing a GPU index (scheduler.conflicts)  |
 | http            | /metrics, /healthz, /readyz                                           |
 
 Stop (SIGTERM/SIGINT, or `Daemon.stop()`): the queue closes, so no new cycle starts; in-flight
@@ -37,8 +38,10 @@ from reclaim.promql import LabelNames
 from scheduler.allocation import AllocationTracker
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
+from scheduler.conflicts import ConflictMonitor
 from scheduler.cycle import Scheduler
 from scheduler.handlers import NodeHandler, PodHandler
+from scheduler.kube.client import fence_of
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
@@ -121,7 +124,7 @@ class Daemon:
             post_filter=self.reclaimer,
         )
         self.elector: Elector = (
-            LeaderElector(api_client, settings.leader_election)
+            LeaderElector(api_client, settings.leader_election, fence=fence_of(api_client))
             if settings.leader_election.enabled
             else AlwaysLeader(identity)
         )
@@ -149,6 +152,7 @@ class Daemon:
                 self.reclaimer.pdbs,
             ),
         ]
+        self.conflicts = ConflictMonitor(self.cache, self.recorder, self.elector, self.synced)
         self.registry = self._metrics()
         self._stopping = asyncio.Event()
         self.http_port: int | None = None
@@ -199,6 +203,11 @@ class Daemon:
             ("reason",),
             reader=lambda: [((k,), float(v)) for k, v in sorted(stats.skips.items())],
         )
+        registry.counter(
+            "gpu_scheduler_gpu_conflicts_total",
+            "Nodes found with a GPU index bound to two pods, or more GPUs bound than allocatable.",
+            reader=lambda: [((), float(self.conflicts.reported))],
+        )
         registry.gauge(
             "gpu_scheduler_is_leader",
             "1 while this process holds the leader Lease.",
@@ -231,6 +240,7 @@ class Daemon:
                     self._guarded("cache-expiry", self._expire_reservations, group),
                     self._guarded("leader-election", self.elector.run, group),
                     self._guarded("scheduling", self._schedule_while_leading, group),
+                    self._guarded("gpu-conflicts", self.conflicts.run, group),
                 ]
                 if self.allocation is not None:
                     tasks.append(self._guarded("allocation-tracking", self.allocation.run, group))

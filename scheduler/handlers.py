@@ -10,7 +10,7 @@
 - `gone(uid, key)` is told of every pod that was bound or deleted, so per-pod bookkeeping
   elsewhere (the scheduler's PodScheduled condition marks) is pruned.
 - Pods pending for this scheduler (our schedulerName, no node, not terminating): queued.
-- PriorityClasses and PodDisruptionBudgets are kept by their informers' stores for reclaim.
+- PriorityClasses and PodDisruptionBudgets have their own stores (reclaim policy, `scheduler.pdb`).
 """
 
 from __future__ import annotations
@@ -177,15 +177,3 @@ class PodHandler:
             self.cache.remove_pod(pod.key)
             self.queue.move_all_to_active_or_backoff("PodDelete")
 
-
-class StoreOnly:
-    """Informer handler for kinds whose store is read on demand (PriorityClasses, PDBs)."""
-
-    def on_add(self, obj: Mapping[str, Any]) -> None:
-        pass
-
-    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        pass
-
-    def on_delete(self, obj: Mapping[str, Any]) -> None:
-        pass

@@ -15,6 +15,11 @@ process's own monotonic clock so clock skew between machines does not matter:
   only after it sees that renewal, the old leader stops before anyone else can start.
 - `release()` hands the Lease over on a graceful stop: `holderIdentity` emptied and
   `leaseDurationSeconds` 1, so a follower takes over at its next attempt.
+- Given a `WriteFence` (`scheduler.kube.fence`, the one of the API client the daemon writes
+  through), the elector arms it with the margin `leaseDurationSeconds - renewDeadlineSeconds`,
+  extends it after every successful acquire or renew from the moment that attempt started, and
+  closes it at the end of every term, before any callback or hook runs. The fence, not
+  `is_leader`, is what keeps a paused replica from writing after it wakes up.
 
 Contract for the daemon (both `LeaderElector` and `AlwaysLeader`, the latter for
 `leaderElection.enabled: false`):
@@ -58,6 +63,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from scheduler.config import LeaderElectionConfig
+from scheduler.kube.fence import WriteFence
 
 log = structlog.get_logger()
 
@@ -281,8 +287,9 @@ class LeaderElector(Elector):
     """Leader election on a Lease (protocol and contract in the module docstring).
 
     `identity` defaults to `config.identity`; two candidates must never share one. `clock` is
-    the monotonic clock (seconds) that expiry and deadlines are judged on. Create it inside the
-    event loop it will run on.
+    the monotonic clock (seconds) that expiry and deadlines are judged on; `fence`, when given,
+    is armed here and fed from then on (see the module docstring) and must use the same clock.
+    Create it inside the event loop it will run on.
     """
 
     def __init__(
@@ -291,6 +298,7 @@ class LeaderElector(Elector):
         config: LeaderElectionConfig,
         identity: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        fence: WriteFence | None = None,
     ) -> None:
         super().__init__(
             identity or config.identity, f"{config.lease_namespace}/{config.lease_name}"
@@ -307,6 +315,12 @@ class LeaderElector(Elector):
         self._exited = asyncio.Event()
         self._exited.set()
         self._running = False
+        self._fence = fence
+        if fence is not None:
+            fence.arm(
+                config.lease_duration_seconds,
+                config.lease_duration_seconds - config.renew_deadline_seconds,
+            )
 
     @property
     def is_leader(self) -> bool:
@@ -367,7 +381,7 @@ class LeaderElector(Elector):
             if await self._attempt(self.config.renew_deadline_seconds, leading=False):
                 if self._stop.is_set():
                     return False
-                self._renewed_at = started
+                self._held(started)
                 return True
             await self._pause(self.config.retry_period_seconds)
         return False
@@ -385,9 +399,20 @@ class LeaderElector(Elector):
             if remaining <= 0:
                 return "renew deadline passed"
             if await self._attempt(remaining, leading=True):
-                self._renewed_at = started
+                self._held(started)
             elif self.observed_holder != self.identity:
                 return f"Lease taken by {self.observed_holder or 'nobody'}"
+
+    def _held(self, started: float) -> None:
+        """An acquire or renew that started at clock reading `started` succeeded."""
+        self._renewed_at = started
+        if self._fence is not None and not self._stop.is_set():  # release() closed it for good
+            self._fence.renewed(started)
+
+    def _end_term(self, reason: str, released: bool = False) -> None:
+        if self._fence is not None:
+            self._fence.revoke(reason)
+        super()._end_term(reason, released)
 
     async def _pause(self, seconds: float) -> None:
         try:
@@ -498,8 +523,10 @@ def make_elector(
     config: LeaderElectionConfig,
     identity: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    fence: WriteFence | None = None,
 ) -> Elector:
-    """A `LeaderElector`, or an `AlwaysLeader` when `config.enabled` is false."""
+    """A `LeaderElector`, or an `AlwaysLeader` when `config.enabled` is false (which leaves
+    `fence` unarmed: every write goes out)."""
     if not config.enabled:
         return AlwaysLeader(identity or config.identity)
-    return LeaderElector(api_client, config, identity, clock)
+    return LeaderElector(api_client, config, identity, clock, fence)

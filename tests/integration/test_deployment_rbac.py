@@ -86,6 +86,7 @@ async def test_scheduler_runs_with_the_manifest_rbac(
     await core_api.create_namespaced_pod(namespace, our_pod(namespace, "too-big", 3))
     settings = settings_for(
         namespace,
+        binding={"timeoutSeconds": 2},
         leaderElection={
             "enabled": True,
             "leaseName": "gpu-scheduler",

@@ -91,6 +91,7 @@ def _config(namespace: str, leader_election: bool) -> dict[str, Any]:
         "schedulerName": namespace,
         "metricsAddress": f"127.0.0.1:{free_port()}",
         "backoff": {"initialSeconds": 0.2, "maxSeconds": 1.0},
+        "binding": {"timeoutSeconds": 2},
         "leaderElection": {
             "enabled": leader_election,
             "leaseName": "gpu-scheduler",
