@@ -17,6 +17,7 @@ from scheduler.kube.apierrors import (
     APIConflictError,
     APIError,
     APINotFoundError,
+    APIPreconditionFailedError,
     APITooManyRequestsError,
     APITransportError,
     api_call,
@@ -159,7 +160,8 @@ async def test_bind_pod_turns_client_errors_into_typed_transport_errors() -> Non
         (0, "connection refused", APITransportError),
         (404, 'pods "a" not found', APINotFoundError),
         (409, 'pod a is already assigned to node "n"', APIAlreadyAssignedError),
-        (409, "Precondition failed: UID in precondition", APIConflictError),
+        (409, "Precondition failed: UID in precondition", APIPreconditionFailedError),
+        (409, "the object has been modified", APIConflictError),
         (
             429,
             "Cannot evict pod as it would violate the pod's disruption budget.",

@@ -32,6 +32,7 @@ class Recorder:
         self.delay = delay
         self.received: list[bytes] = []
         self.connections = 0
+        self.handlers: set[asyncio.Task[Any]] = set()
 
     @property
     def bytes(self) -> int:
@@ -44,6 +45,9 @@ class Recorder:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self.handlers.add(task)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -77,6 +81,9 @@ async def serving(recorder: Recorder) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.close()
+        for handler in recorder.handlers:  # Python 3.11's Server.close leaves them running
+            handler.cancel()
+        await asyncio.gather(*recorder.handlers, return_exceptions=True)
 
 
 @asynccontextmanager
