@@ -241,6 +241,7 @@ async def test_usage_windows_from_one_batched_request(stand_in: StandIn) -> None
                 energy_samples=60,
                 energy_increase_mj=11_940_000.0,
                 sharing_pods=2,
+                subwindow_s=WINDOW_S,
             ),
             GpuWindow(
                 gpu="1",
@@ -248,6 +249,7 @@ async def test_usage_windows_from_one_batched_request(stand_in: StandIn) -> None
                 window_s=WINDOW_S,
                 power_samples=58,
                 power_mean_w=100.0,
+                subwindow_s=WINDOW_S,
             ),
         ],
         B: [
@@ -258,6 +260,7 @@ async def test_usage_windows_from_one_batched_request(stand_in: StandIn) -> None
                 engine_samples=59,
                 engine_mean=2.95 / 59,
                 mig_instance="3",
+                subwindow_s=WINDOW_S,
             )
         ],
         GONE: [],

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from reclaim.signals import GpuWindow
 from reclaim.usage import (
+    CALIBRATION_MARGIN_W,
     DEFAULT_POWER_MODELS,
     FloatArray,
     PowerModel,
@@ -32,6 +33,8 @@ REPLAY_MODELS = {MODEL: PowerModel(idle_w=120.0, max_w=700.0)}
 INTERVAL_S = 1.0
 WINDOW_S = 60.0
 NEED = int(0.8 * WINDOW_S / INTERVAL_S)
+FLOOR_W = 120.0 + CALIBRATION_MARGIN_W
+"""A power floor that calibrates REPLAY_MODELS' H200 to exactly its nominal 120 W idle draw."""
 Phases = Mapping[str, dict[str, FloatArray]]
 
 
@@ -85,16 +88,26 @@ def test_h200_dataloader_bound_is_busy_at_5_although_util_reads_0(h200_phases: P
     verdict = verdict_of(phase_window(h200_phases, "dataloader_bound_10pct"), 5.0)
     assert not verdict.idle
     assert verdict.estimates["util"] == 0.0
-    assert verdict.estimates["power"] == pytest.approx(100 * (185.408 - 120) / 580, abs=0.01)
+    # The GPU's own floor (119.2 W) calibrates its idle draw; the estimate is at least the mean's.
+    idle_w = 119.2 - CALIBRATION_MARGIN_W
+    assert verdict.estimates["power"] >= 100 * (185.408 - idle_w) / (700 - idle_w) - 0.01
 
 
 def test_h200_power_separates_periodic_phases_near_their_duty(h200_phases: Phases) -> None:
-    models = {MODEL: DEFAULT_POWER_MODELS[MODEL]}  # 118 W idle holder, 690 W steady
-    estimates = {
-        name: verdict_of(phase_window(h200_phases, name), 50.0, models).estimates["power"]
-        for name in ("bursty_training_50pct", "dataloader_bound_10pct", "sporadic_inference_4pct")
-    }
-    assert [round(v) for v in estimates.values()] == [53, 12, 5]
+    model = DEFAULT_POWER_MODELS[MODEL]  # 118 W idle holder, 690 W steady
+    means = []
+    for name in ("bursty_training_50pct", "dataloader_bound_10pct", "sporadic_inference_4pct"):
+        window = phase_window(h200_phases, name)
+        assert window.power_mean_w is not None
+        means.append(model.duty_pct(window.power_mean_w, model.calibrated_idle_w(min_power(name))))
+        estimate = verdict_of(window, 50.0, {MODEL: model}).estimates["power"]
+        assert estimate >= means[-1]  # a sub-window peak can only raise it
+    assert [round(v) for v in means] == [53, 12, 6]
+
+
+def min_power(name: str) -> float:
+    with H200_CSV.open(newline="") as handle:
+        return min(float(row["power_w"]) for row in csv.DictReader(handle) if row["phase"] == name)
 
 
 def test_h200_util_only_windows_are_never_idle(h200_phases: Phases) -> None:
@@ -141,6 +154,7 @@ def test_energy_counter_catches_what_power_samples_alias() -> None:
         energy_samples=61,
         energy_increase_mj=busy_mean_w * WINDOW_S * 1000,
         energy_span_s=WINDOW_S,
+        power_floor_w=FLOOR_W,
     )
     verdict = verdict_of(window, 5.0)
     assert not verdict.idle
@@ -224,7 +238,15 @@ def test_mig_only_engine_counts() -> None:
 def test_time_sliced_gpu_usage_is_not_divided() -> None:
     # 30 % duty on a GPU shared by 4 pods: each pod is charged 30 %, not 7.5 %.
     power = 120.0 + 0.3 * 580.0
-    window = GpuWindow("0", MODEL, WINDOW_S, power_samples=60, power_mean_w=power, sharing_pods=4)
+    window = GpuWindow(
+        "0",
+        MODEL,
+        WINDOW_S,
+        power_samples=60,
+        power_mean_w=power,
+        sharing_pods=4,
+        power_floor_w=FLOOR_W,
+    )
     verdict = verdict_of(window, 10.0)
     assert not verdict.idle
     assert verdict.usage_pct == pytest.approx(30.0)
@@ -233,7 +255,9 @@ def test_time_sliced_gpu_usage_is_not_divided() -> None:
 
 
 def test_every_gpu_must_be_idle() -> None:
-    idle = GpuWindow("0", MODEL, WINDOW_S, power_samples=60, power_mean_w=120.0)
+    idle = GpuWindow(
+        "0", MODEL, WINDOW_S, power_samples=60, power_mean_w=120.0, power_floor_w=FLOOR_W
+    )
     busy = dataclasses.replace(idle, gpu="1", power_mean_w=600.0)
     verdict = idle_verdict([idle, busy], 10.0, REPLAY_MODELS, scrape_interval_s=1.0)
     assert not verdict.idle
@@ -258,6 +282,7 @@ def test_describe_quotes_every_estimate() -> None:
         util_mean_pct=0.0,
         power_samples=60,
         power_mean_w=120.0 + 0.018 * 580,
+        power_floor_w=FLOOR_W,
     )
     assert verdict_of(window, 10.0).describe() == "usage 1.8 % (util 0.0 %, power 1.8 %)"
 
