@@ -460,7 +460,7 @@ def window_from_samples(
     Peaks are over sub-windows of `subwindow_s` seconds (default: `SUBWINDOW_SCRAPES` times the
     median sample step, at most the window) lying inside the window, one ending at each sample.
     The power floor is the lowest finite power sample in (end_s - floor_lookback_s, end_s]
-    (default: every sample up to end_s). With `started_s` (the pod's start), samples before it
+    (default: every sample up to end_s). With `started_s` (the pod's start), samples up to it
     are left out of everything and `history_s` is end_s - started_s. Raises ValueError when
     shapes differ or window_s is not positive.
     """
@@ -470,7 +470,7 @@ def window_from_samples(
     start_s = end_s - window_s
     owned = times <= end_s  # (n,)
     if started_s is not None:
-        owned &= times >= started_s
+        owned &= times > started_s
     inside = owned & (times > start_s)  # (n,)
     if subwindow_s is None:
         step = _median_step(times[inside])

@@ -25,8 +25,9 @@ from reclaim.prometheus import (
     PrometheusUnavailable,
     occupancy_corrections,
 )
-from reclaim.promql import SIGNAL_LABEL, LabelNames, holders_query, usage_query
+from reclaim.promql import SIGNAL_LABEL, LabelNames, holders_query, pod_matchers, usage_query
 from reclaim.signals import GpuWindow
+from reclaim.usage import DEFAULT_POWER_MODELS, Verdict, idle_verdict
 
 SLOW_S = 1.0
 WINDOW_S = 60.0
@@ -355,3 +356,126 @@ def test_correction_kinds_and_text() -> None:
     assert unrecorded.kind == "unrecorded"
     assert unrecorded.describe() == "ns/p holds GPUs 2 on n2 (no recorded choice)"
     assert Correction("ns", "p", "n1", (2,), "n1", (1,)).kind == "other-gpus"
+
+
+# From Prometheus's answer to the verdict: what it says can make a pod busy; what it does not say
+# (NaN, infinities, nothing, an error) never makes it idle.
+
+HOUR_S = 3600.0
+NOW = 1_700_000_000.5
+QUIET_H200 = [  # 120 scrapes at 30 s of an idle holder's GPU, the energy counter included
+    ("power_count", "120"),
+    ("power_sum", str(120 * 118.0)),
+    ("energy_count", "120"),
+    ("energy_increase", str(118.0 * HOUR_S * 1000)),
+    ("power_floor", "118"),
+]
+
+
+def answer(values: list[tuple[str, str]], pod: tuple[str, str] = A) -> list[dict[str, Any]]:
+    return [element(signal, pod, N1_GPU0, value) for signal, value in values]
+
+
+async def verdict_from(stand_in: StandIn, values: list[tuple[str, str]], **options: Any) -> Verdict:
+    query = usage_query([A], HOUR_S, subwindow_s=300.0)
+    stand_in.answers[query] = {"status": "success", "data": _vector(answer(values))}
+    async with PrometheusClient(f"{stand_in.base}/canned") as client:
+        windows = await client.usage_windows([A], HOUR_S, scrape_interval_s=30.0, **options)
+    return idle_verdict(windows[A], 10.0, DEFAULT_POWER_MODELS, scrape_interval_s=30.0)
+
+
+async def test_a_quiet_hour_is_idle(stand_in: StandIn) -> None:
+    verdict = await verdict_from(stand_in, QUIET_H200)
+    assert verdict.idle, verdict.reason
+
+
+@pytest.mark.parametrize(
+    "peak",
+    [
+        ("power_peak", "690"),  # busy at full power for the last 5 minutes
+        ("energy_peak", str(690.0 * 1000)),  # mJ/s
+        ("util_peak", "100"),
+    ],
+    ids=["power", "energy", "util"],
+)
+async def test_a_busy_subwindow_in_the_answer_makes_the_pod_busy(
+    stand_in: StandIn, peak: tuple[str, str]
+) -> None:
+    verdict = await verdict_from(stand_in, [*QUIET_H200, peak])
+    assert not verdict.idle
+    assert verdict.usage_pct == pytest.approx(100.0)
+
+
+async def test_the_power_floor_in_the_answer_calibrates_the_gpu(stand_in: StandIn) -> None:
+    """This GPU idles at 148 W, 30 W above the model: 10 % duty draws 202 W, which the model's
+    118 W would read as 14.7 %, and an idle 148 W as 5.2 %: with its floor it reads its duty."""
+    busy = [
+        ("power_count", "120"),
+        ("power_sum", str(120 * 202.2)),
+        ("power_floor", "148"),
+    ]
+    verdict = await verdict_from(stand_in, busy)
+    assert not verdict.idle
+    assert verdict.estimates["power"] == pytest.approx(100 * (202.2 - 143) / (690 - 143))
+    idle = [("power_count", "120"), ("power_sum", str(120 * 148.0)), ("power_floor", "148")]
+    assert (await verdict_from(stand_in, idle)).idle
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+@pytest.mark.parametrize("signal", ["power_sum", "power_count", "energy_increase"])
+async def test_non_finite_values_in_the_answer_are_missing(
+    stand_in: StandIn, signal: str, value: str
+) -> None:
+    only_power = [("power_count", "120"), ("power_sum", str(120 * 118.0)), ("power_floor", "118")]
+    only_energy = [
+        ("energy_count", "120"),
+        ("energy_increase", str(118.0 * HOUR_S * 1000)),
+    ]
+    values = only_energy if signal == "energy_increase" else only_power
+    assert (await verdict_from(stand_in, values)).idle
+    spoiled = [(s, value if s == signal else v) for s, v in values]
+    verdict = await verdict_from(stand_in, spoiled)
+    assert not verdict.idle
+    assert "insufficient samples" in verdict.reason
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+async def test_everything_nan_is_not_idle(stand_in: StandIn, value: str) -> None:
+    verdict = await verdict_from(stand_in, [(signal, value) for signal, _ in QUIET_H200])
+    assert not verdict.idle
+
+
+async def test_no_data_is_not_idle(stand_in: StandIn) -> None:
+    verdict = await verdict_from(stand_in, [])
+    assert not verdict.idle
+    assert verdict.reason == "no GPU samples for the pod"
+
+
+@pytest.mark.parametrize("prefix", ["error", "http500", "matrix", "notjson"])
+async def test_an_error_answer_yields_no_windows_at_all(stand_in: StandIn, prefix: str) -> None:
+    async with PrometheusClient(f"{stand_in.base}/{prefix}") as client:
+        with pytest.raises(PrometheusQueryFailed):
+            await client.usage_windows([A], HOUR_S, scrape_interval_s=30.0)
+
+
+async def test_a_pod_younger_than_the_window_is_not_idle(stand_in: StandIn) -> None:
+    """The quiet hour may be a predecessor's with the same name: the pod started 10 minutes
+    before the query was evaluated (the answer's timestamp)."""
+    young = await verdict_from(stand_in, QUIET_H200, started_at={A: NOW - 600.0})
+    assert not young.idle
+    assert "started 600 s before the window's end" in young.reason
+    old = await verdict_from(stand_in, QUIET_H200, started_at={A: NOW - HOUR_S - 1})
+    assert old.idle
+
+
+@pytest.mark.parametrize(("scrape_s", "subwindow"), [(30.0, "[300s]"), (15.0, "[150s]")])
+async def test_the_subwindow_follows_the_scrape_interval(
+    stand_in: StandIn, scrape_s: float, subwindow: str
+) -> None:
+    stand_in.seen.clear()
+    async with PrometheusClient(f"{stand_in.base}/canned") as client:
+        await client.usage_windows([A], HOUR_S, scrape_interval_s=scrape_s)
+    assert len(stand_in.seen) == 1  # one request per window, peaks and floor included
+    query = stand_in.seen[0]["query"]
+    assert f"DCGM_FI_DEV_POWER_USAGE{{{pod_matchers([A])}}}{subwindow}" in query
+    assert "[86400s]" in query
