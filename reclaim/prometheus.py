@@ -291,6 +291,7 @@ class PrometheusClient:
         *,
         scrape_interval_s: float | None = None,
         started_at: Mapping[PodKey, float] | None = None,
+        uids: Mapping[PodKey, str] | None = None,
     ) -> dict[PodKey, list[GpuWindow]]:
         """Per requested pod, one `GpuWindow` per GPU (or MIG instance) it held in the last
         `window_s` seconds, sorted by node, GPU index and instance; [] when the answer holds
@@ -299,9 +300,11 @@ class PrometheusClient:
         `scrape_interval_s` (default `DEFAULT_SCRAPE_INTERVAL_S`, dcgm-exporter's 30 s) sizes the
         sub-windows of the peaks (`reclaim.signals.subwindow_length`); pass the interval the
         verdict is given. `started_at` maps a pod to its start (epoch seconds: when it was
-        scheduled, or created); a pod found there gets `history_s`, the time from its start to
-        the query's evaluation, so the verdict ignores nothing a predecessor with the same name
-        left in the window. `sharing_pods` counts the distinct pods seen on the same node, GPU and
+        scheduled, or created); such a pod gets `history_s`, the time from its start to the
+        query's evaluation, so a pod younger than the window is never judged on samples that a
+        predecessor with the same namespace and name left in it. `uids` maps a pod to its UID:
+        where the series carry a pod UID label (`LabelNames.pod_uid`), series of any other UID
+        are left out. `sharing_pods` counts the distinct pods seen on the same node, GPU and
         instance in the window, candidates or not (the batched query's holder part). Raises
         PrometheusQueryFailed; ValueError for an empty namespace or pod name or a bad interval.
         """
@@ -319,6 +322,7 @@ class PrometheusClient:
             self.labels,
             subwindow_s=subwindow_s,
             started_at=started_at,
+            uids=uids,
         )
 
     async def gpu_holders(self) -> dict[tuple[str, int], set[PodKey]]:
@@ -346,6 +350,8 @@ class _Slot:
 
     model: str = ""
     values: dict[Signal, float] = field(default_factory=dict)
+    spoiled: set[Signal] = field(default_factory=set)
+    """Signals with a non-finite element: absent, whatever the other elements say."""
 
 
 def assemble_windows(
@@ -356,6 +362,7 @@ def assemble_windows(
     *,
     subwindow_s: float | None = None,
     started_at: Mapping[PodKey, float] | None = None,
+    uids: Mapping[PodKey, str] | None = None,
 ) -> dict[PodKey, list[GpuWindow]]:
     """Turn the answer to `reclaim.promql.usage_query` into windows per pod of `pods`. Pure.
 
@@ -363,9 +370,13 @@ def assemble_windows(
     sum, increase, peak or floor is missing or not finite (NaN, an infinity) counts as absent
     (0 samples, None), as does one with no samples; a mean is its sum over its sample count.
     `subwindow_s` is recorded in each window. A pod in `started_at` gets `history_s`: the
-    answer's evaluation time (its latest sample timestamp) less the pod's start.
+    answer's evaluation time (its latest sample timestamp) less the pod's start. An element
+    whose pod UID label differs from the pod's UID in `uids` is a predecessor's and is dropped;
+    elements of several UIDs for one GPU (no UID given) are combined as one series would be:
+    sums, counts and increases added, peaks the highest, floors the lowest.
     """
     wanted = set(pods)
+    known_uids = {pod: uid for pod, uid in (uids or {}).items() if uid}
     slots: dict[PodKey, dict[GpuSlot, _Slot]] = {pod: {} for pod in pods}
     holders: dict[GpuSlot, set[PodKey]] = defaultdict(set)
     for sample in samples:
@@ -384,10 +395,15 @@ def assemble_windows(
             continue
         if pod not in wanted:
             continue
+        uid = sample.labels.get(labels.pod_uid, "")
+        if uid and known_uids.get(pod, uid) != uid:
+            continue  # a predecessor with the same namespace and name
         slot = slots[pod].setdefault(slot_key, _Slot())
         slot.model = slot.model or sample.labels.get(labels.model, "")
         if math.isfinite(sample.value):
-            slot.values[signal] = sample.value
+            slot.values[signal] = _combine(signal, slot.values.get(signal), sample.value)
+        elif signal not in _HIGHEST and signal is not Signal.POWER_FLOOR:
+            slot.spoiled.add(signal)  # a NaN sum spoils the total, as in one PromQL sum
     evaluated = max((sample.timestamp for sample in samples), default=math.nan)
     starts = started_at or {}
 
@@ -408,6 +424,20 @@ def assemble_windows(
     }
 
 
+_HIGHEST = frozenset({Signal.UTIL_PEAK, Signal.POWER_PEAK, Signal.ENGINE_PEAK, Signal.ENERGY_PEAK})
+
+
+def _combine(signal: Signal, old: float | None, new: float) -> float:
+    """Two elements of one signal for one GPU (series of two pod UIDs) as one series."""
+    if old is None:
+        return new
+    if signal in _HIGHEST:
+        return max(old, new)
+    if signal is Signal.POWER_FLOOR:
+        return min(old, new)
+    return old + new
+
+
 def _slot_order(key: GpuSlot) -> tuple[str, int, str, int, str]:
     node, gpu, instance = key
     gpu_number = int(gpu) if gpu.isdigit() else -1
@@ -423,7 +453,7 @@ def _mean(values: Mapping[Signal, float], count: Signal, total: Signal) -> tuple
 
 
 def _window(key: GpuSlot, slot: _Slot, window_s: float, sharing: int) -> GpuWindow:
-    values = slot.values
+    values = {signal: v for signal, v in slot.values.items() if signal not in slot.spoiled}
     util_samples, util_mean = _mean(values, Signal.UTIL_COUNT, Signal.UTIL_SUM)
     power_samples, power_mean = _mean(values, Signal.POWER_COUNT, Signal.POWER_SUM)
     engine_samples, engine_mean = _mean(values, Signal.ENGINE_COUNT, Signal.ENGINE_SUM)

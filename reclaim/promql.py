@@ -140,6 +140,9 @@ class LabelNames:
     """The MIG GPU instance id; absent on whole GPUs."""
     model: str = "modelName"
     """The GPU model name, e.g. "NVIDIA H200"."""
+    pod_uid: str = "pod_uid"
+    """The holding pod's UID; dcgm-exporter adds it only with ``--kubernetes-enable-pod-uid``.
+    Series that carry it tell a pod from a predecessor with the same namespace and name."""
 
     def __post_init__(self) -> None:
         names = [getattr(self, f.name) for f in fields(self)]
@@ -268,7 +271,8 @@ def usage_queries(
     """The sub-expressions of one reclaim attempt's usage query, keyed by `Signal` value.
 
     Every sub-expression is an instant vector whose elements carry the labels (namespace, pod,
-    node, gpu, gpu_instance, model) of one GPU (or MIG instance) of one selected pod: sums and
+    pod_uid, node, gpu, gpu_instance, model) of one GPU (or MIG instance) of one selected pod (and
+    one pod UID, where the series carry it): sums and
     counts over the last `window_s` seconds, peaks over sub-windows of `subwindow_s` seconds
     inside it (default: `subwindow_length` at a `DEFAULT_SCRAPE_INTERVAL_S` scrape), and the power
     floor over the last `calibration_s` seconds; see the module docstring. `pods` must be
@@ -282,7 +286,7 @@ def usage_queries(
     step = duration(sub_s / 2)
     earlier_s = window_s - sub_s
     selector = pod_matchers(pods, labels)
-    keys = (labels.namespace, labels.pod, *labels.gpu_key, labels.model)
+    keys = (labels.namespace, labels.pod, labels.pod_uid, *labels.gpu_key, labels.model)
     by = _by(keys)
 
     def over_time(function: str, metric: str) -> str:

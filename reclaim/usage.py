@@ -329,12 +329,15 @@ def idle_verdict(
     *,
     scrape_interval_s: float,
     min_coverage: float = DEFAULT_MIN_COVERAGE,
+    held_gpus: int | None = None,
 ) -> Verdict:
     """Whether the pod holding `windows` (one per GPU or MIG instance) is idle over the window.
 
     Idle only if there is at least one window and every one is idle (see the module docstring).
-    `power_models` is keyed by `GpuWindow.model`. Raises ValueError for a threshold outside
-    [0, 100], a non-positive scrape interval or a coverage outside (0, 1].
+    `held_gpus`, the whole GPUs the pod holds, when given: fewer whole-GPU windows than that
+    leave a GPU unmeasured, and the pod is not idle. `power_models` is keyed by
+    `GpuWindow.model`. Raises ValueError for a threshold outside [0, 100], a non-positive scrape
+    interval or a coverage outside (0, 1].
     """
     if not 0.0 <= threshold_pct <= PERCENT:
         raise ValueError(f"threshold must be within [0, 100], got {threshold_pct}")
@@ -356,6 +359,10 @@ def idle_verdict(
     known = [g.usage_pct for g in gpus if g.usage_pct is not None]
     usage = max(known) if known else None
     busy = [g for g in gpus if not g.idle]
+    measured = sum(1 for w in windows if w.mig_instance is None)
+    if held_gpus is not None and measured < held_gpus:
+        reason = f"not idle: samples for {measured} of the pod's {held_gpus} GPUs"
+        return Verdict(False, usage, estimates, reason, gpus)
     if busy:
         reason = "not idle: " + "; ".join(g.reason for g in busy)
         return Verdict(False, usage, estimates, reason, gpus)

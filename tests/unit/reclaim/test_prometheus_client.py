@@ -23,6 +23,8 @@ from reclaim.prometheus import (
     PrometheusError,
     PrometheusQueryFailed,
     PrometheusUnavailable,
+    Sample,
+    assemble_windows,
     occupancy_corrections,
 )
 from reclaim.promql import SIGNAL_LABEL, LabelNames, holders_query, pod_matchers, usage_query
@@ -479,3 +481,57 @@ async def test_the_subwindow_follows_the_scrape_interval(
     query = stand_in.seen[0]["query"]
     assert f"DCGM_FI_DEV_POWER_USAGE{{{pod_matchers([A])}}}{subwindow}" in query
     assert "[86400s]" in query
+
+
+def _sample(found: dict[str, Any]) -> Sample:
+    timestamp, value = found["value"]
+    return Sample(labels=found["metric"], value=float(value), timestamp=float(timestamp))
+
+
+def uid_element(signal: str, uid: str, value: str) -> dict[str, Any]:
+    found = element(signal, A, N1_GPU0, value)
+    found["metric"]["pod_uid"] = uid
+    return found
+
+
+def test_series_of_another_uid_are_a_predecessors() -> None:
+    """With dcgm-exporter's --kubernetes-enable-pod-uid the predecessor's quiet hour carries its
+    own UID: dropped; the new pod's 20 samples do not cover the hour."""
+    old = [uid_element(s, "uid-old", v) for s, v in QUIET_H200]
+    new = [
+        uid_element("power_count", "uid-new", "20"),
+        uid_element("power_sum", "uid-new", str(20 * 118.0)),
+    ]
+    samples = [_sample(e) for e in [*old, *new]]
+    windows = assemble_windows(samples, [A], HOUR_S, uids={A: "uid-new"})
+    (window,) = windows[A]
+    assert (window.power_samples, window.energy_samples, window.power_floor_w) == (20, 0, None)
+    verdict = idle_verdict(windows[A], 10.0, DEFAULT_POWER_MODELS, scrape_interval_s=30.0)
+    assert not verdict.idle
+    # Without the UID (or on series without the label) both pods' samples count together.
+    merged = assemble_windows(samples, [A], HOUR_S)
+    assert merged[A][0].power_samples == 140
+    assert merged[A][0].power_floor_w == 118.0
+
+
+def test_elements_of_two_uids_combine_like_one_series() -> None:
+    values = [
+        ("power_count", "60", "60"),
+        ("power_sum", str(60 * 118.0), str(60 * 690.0)),
+        ("power_peak", "118", "690"),
+        ("power_floor", "117", "150"),
+        ("energy_increase", "1000", "2000"),
+        ("energy_count", "60", "60"),
+    ]
+    elements = [uid_element(s, "u1", a) for s, a, _ in values]
+    elements += [uid_element(s, "u2", b) for s, _, b in values]
+    (window,) = assemble_windows([_sample(e) for e in elements], [A], HOUR_S)[A]
+    assert window.power_samples == 120
+    assert window.power_mean_w == pytest.approx((118.0 + 690.0) / 2)
+    assert (window.power_peak_w, window.power_floor_w) == (690.0, 117.0)
+    assert (window.energy_increase_mj, window.energy_samples) == (3000.0, 120)
+    # A NaN sum of one spoils the total, as it would in one PromQL sum: the signal is missing.
+    spoiled = [*elements, uid_element("power_sum", "u3", "NaN")]
+    (window,) = assemble_windows([_sample(e) for e in spoiled], [A], HOUR_S)[A]
+    assert (window.power_samples, window.power_mean_w) == (0, None)
+    assert window.power_peak_w == 690.0  # peaks only add caution: the finite ones stay

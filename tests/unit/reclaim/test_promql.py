@@ -197,7 +197,7 @@ def test_label_names_are_validated() -> None:
 
 
 PEAKS = {Signal.UTIL_PEAK, Signal.POWER_PEAK, Signal.ENGINE_PEAK, Signal.ENERGY_PEAK}
-KEYS = "by (namespace, pod, Hostname, gpu, GPU_I_ID, modelName)"
+KEYS = "by (namespace, pod, pod_uid, Hostname, gpu, GPU_I_ID, modelName)"
 
 
 def test_usage_queries_cover_every_signal_over_the_window() -> None:

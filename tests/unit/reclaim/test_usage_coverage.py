@@ -166,3 +166,18 @@ def test_non_finite_samples_are_dropped_not_read_as_zero() -> None:
 def test_duty_of_nan_is_nan_not_zero() -> None:
     assert math.isnan(MODELS[MODEL].duty_pct(math.nan))
     assert MODELS[MODEL].duty_pct(math.inf) == 100.0
+
+
+def test_an_unmeasured_gpu_keeps_the_pod_busy() -> None:
+    """A pod holding two GPUs with samples for one: the other may be working."""
+    window = quiet(120)
+    assert idle_verdict([window], THRESHOLD_PCT, MODELS, scrape_interval_s=30.0, held_gpus=1).idle
+    verdict = idle_verdict([window], THRESHOLD_PCT, MODELS, scrape_interval_s=30.0, held_gpus=2)
+    assert not verdict.idle
+    assert verdict.reason == "not idle: samples for 1 of the pod's 2 GPUs"
+    both = [window, dataclasses.replace(window, gpu="1")]
+    assert idle_verdict(both, THRESHOLD_PCT, MODELS, scrape_interval_s=30.0, held_gpus=2).idle
+    # A MIG instance is no whole GPU.
+    mig = GpuWindow("7", MODEL, WINDOW_S, engine_samples=120, engine_mean=0.0, mig_instance="3")
+    assert idle_verdict([mig], THRESHOLD_PCT, MODELS, scrape_interval_s=30.0, held_gpus=0).idle
+    assert not idle_verdict([mig], THRESHOLD_PCT, MODELS, scrape_interval_s=30.0, held_gpus=1).idle
