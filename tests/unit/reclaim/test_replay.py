@@ -211,3 +211,13 @@ def test_unreadable_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     )
     assert args.handler(args) == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_json_reports_the_subwindow_and_the_calibration(
+    h200: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = replay_json(capsys, "--trace", str(h200), *H200_FLAGS, "--threshold", "10")
+    row = rows["dataloader_bound_10pct"]
+    assert (row["interval_s"], row["subwindow_s"]) == (1.0, 10.0)
+    assert row["power_floor_w"] == 119.2
+    assert rows["idle_holder_20GiB"]["power_floor_w"] == 117.7
