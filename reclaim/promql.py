@@ -49,6 +49,9 @@ the lowest draw the GPU showed while the pod held it, which calibrates its idle 
 Per signal the query returns per-GPU sums and counts (``sum by (...) (sum_over_time(...))`` and
 ``count_over_time``) rather than ``avg_over_time``: when one GPU of one pod has several series in
 the window (exporter restart, relabelling) the mean is still sum / count over all its samples.
+Elements are also split by pod UID where the series carry one (dcgm-exporter's
+``--kubernetes-enable-pod-uid``), so the adapter can drop a predecessor's series that share the
+pod's namespace and name.
 The energy counter gives ``increase(...)`` (counter resets handled, extrapolated to the window
 edges by Prometheus) beside its sample count. A last sub-expression lists every pod holding a GPU
 (or MIG instance) that a candidate holds, so time-sliced sharing counts pods that are not

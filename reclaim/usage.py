@@ -207,8 +207,11 @@ def gpu_estimates(
     Each is the larger of the signal's window mean and its sub-window peak (`peak_estimates`).
     On a MIG instance only the engine signal is considered. Power-based estimates need a power
     model and use the GPU's calibrated idle draw. Signals without enough samples, or with a
-    non-finite mean, are left out (missing, never 0 %).
+    non-finite mean, are left out (missing, never 0 %); so is everything when the window's length
+    is not a positive number.
     """
+    if not (math.isfinite(window.window_s) and window.window_s > 0):
+        return {}  # no window, no coverage
     need = required_samples(window.window_s, scrape_interval_s, min_coverage)
     means: dict[str, float] = {}
     if window.mig_instance is None:
@@ -272,7 +275,7 @@ def _energy_mean_w(window: GpuWindow, need: float, min_coverage: float) -> float
         if window.energy_samples < need:
             return None
         span = window.window_s
-    elif not (math.isfinite(span) and span >= min_coverage * window.window_s and span > 0):
+    elif not (math.isfinite(span) and span >= min_coverage * window.window_s):
         return None
     return increase / MJ_PER_J / span
 
@@ -379,7 +382,7 @@ def counter_increase(values: FloatArray) -> float:
     to zero (as Prometheus `increase()` does): the reading after a drop is added whole."""
     # values: (n,)
     cumulative = counter_cumulative(values)  # (n,)
-    return float(cumulative[-1]) if cumulative.size else 0.0
+    return float(cumulative[-1] - cumulative[0]) if cumulative.size else 0.0
 
 
 def counter_cumulative(values: FloatArray) -> FloatArray:
@@ -393,7 +396,10 @@ def counter_cumulative(values: FloatArray) -> FloatArray:
     return np.concatenate(([0.0], np.cumsum(gains)))  # (n,)
 
 
-def _ending_subwindows(times: FloatArray, start_s: float, subwindow_s: float) -> FloatArray:
+IndexArray = npt.NDArray[np.intp]
+
+
+def _ending_subwindows(times: FloatArray, start_s: float, subwindow_s: float) -> IndexArray:
     """Index of the first sample of the sub-window (t - subwindow_s, t] ending at each sample t.
     Only sub-windows that lie wholly inside the window (t - subwindow_s >= start_s) count; when
     none does, the one ending at the last sample stands for them. Returns -1 for the others."""
@@ -458,14 +464,15 @@ def window_from_samples(
     started_s: float | None = None,
 ) -> GpuWindow:
     """A `GpuWindow` over (end_s - window_s, end_s] from raw sample arrays aligned with `t_s`,
-    computed as the live Prometheus query does.
+    with the figures the live Prometheus query gives.
 
     Each signal array has the shape of `t_s`; NaN (or an infinity) marks a missing sample of that
     signal. Gauges become a count, a mean and a peak of their finite samples in the window; the
     cumulative energy counter becomes its increase between its first and last finite samples in
     the window (resets counted as in `counter_increase`), that span, and its peak mean power.
     Peaks are over sub-windows of `subwindow_s` seconds (default: `SUBWINDOW_SCRAPES` times the
-    median sample step, at most the window) lying inside the window, one ending at each sample.
+    median sample step, at most the window) lying inside the window, one ending at each sample: a
+    superset of the live query's, which steps by half a sub-window, so a peak here is never lower.
     The power floor is the lowest finite power sample in (end_s - floor_lookback_s, end_s]
     (default: every sample up to end_s). With `started_s` (the pod's start), samples up to it
     are left out of everything and `history_s` is end_s - started_s. Raises ValueError when

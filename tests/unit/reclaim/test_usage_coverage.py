@@ -15,6 +15,7 @@ from reclaim.usage import (
     CALIBRATION_MARGIN_W,
     DEFAULT_MIN_COVERAGE,
     PowerModel,
+    counter_cumulative,
     counter_increase,
     gpu_estimates,
     idle_verdict,
@@ -181,3 +182,82 @@ def test_an_unmeasured_gpu_keeps_the_pod_busy() -> None:
     mig = GpuWindow("7", MODEL, WINDOW_S, engine_samples=120, engine_mean=0.0, mig_instance="3")
     assert idle_verdict([mig], THRESHOLD_PCT, MODELS, scrape_interval_s=30.0, held_gpus=0).idle
     assert not idle_verdict([mig], THRESHOLD_PCT, MODELS, scrape_interval_s=30.0, held_gpus=1).idle
+
+
+def test_the_energy_counter_is_read_from_the_gpus_own_idle_draw() -> None:
+    """An H100 idling at 70 W (30 W under its model) at 10 % duty: 133 W on the counter, while
+    its power gauge, sampled between bursts, reads its idle draw."""
+    h100 = PowerModel(idle_w=100.0, max_w=700.0)
+    window = GpuWindow(
+        "0",
+        "H100",
+        WINDOW_S,
+        power_samples=120,
+        power_mean_w=70.0,
+        energy_samples=120,
+        energy_increase_mj=133.0 * WINDOW_S * 1000.0,
+        energy_span_s=WINDOW_S,
+        power_floor_w=70.0,
+    )
+    estimates = gpu_estimates(window, h100, 30.0)
+    assert estimates["energy"] == pytest.approx(100 * (133 - 65) / (700 - 65))
+    assert estimates["power"] == pytest.approx(100 * 5 / 635)
+    verdict = idle_verdict([window], THRESHOLD_PCT, {"H100": h100}, scrape_interval_s=30.0)
+    assert not verdict.idle
+
+
+@pytest.mark.parametrize("signal", ["util", "engine"])
+def test_exactly_the_needed_samples_count_for_every_gauge(signal: str) -> None:
+    need = int(DEFAULT_MIN_COVERAGE * WINDOW_S / 30.0)  # 96
+    if signal == "util":  # utilization can prove busy
+        window = dataclasses.replace(quiet(120), util_samples=need, util_mean_pct=50.0)
+        assert not idle(window, 30.0)
+        assert idle(dataclasses.replace(window, util_samples=need - 1), 30.0)
+    else:  # the engine alone can prove idle
+        window = GpuWindow("0", MODEL, WINDOW_S, engine_samples=need, engine_mean=0.0)
+        assert idle(window, 30.0)
+        assert not idle(dataclasses.replace(window, engine_samples=need - 1), 30.0)
+
+
+def test_counter_edge_cases() -> None:
+    assert counter_increase(np.array([])) == 0.0
+    np.testing.assert_array_equal(
+        counter_cumulative(np.array([5.0, 7.0, 2.0, 2.0])), [0.0, 2.0, 4.0, 4.0]
+    )
+    np.testing.assert_array_equal(counter_cumulative(np.array([5.0])), [0.0])
+
+
+def test_power_model_bounds() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        PowerModel(100.0, math.inf)
+    with pytest.raises(ValueError, match="finite"):
+        PowerModel(math.nan, 100.0)
+    with pytest.raises(ValueError, match="needs 0 <= idle_w < max_w"):
+        PowerModel(100.0, 100.0)
+    with pytest.raises(ValueError, match="needs 0 <= idle_w < max_w"):
+        PowerModel(-1.0, 100.0)
+    assert PowerModel(0.0, 100.0).idle_bounds_w == (0.0, 40.0)
+    assert PowerModel(100.0, 400.0, idle_range_w=0.0).idle_bounds_w == (100.0, 100.0)
+    model = MODELS[MODEL]
+    low, high = model.idle_bounds_w
+    assert (low, high) == (78.0, 158.0)
+    assert model.calibrated_idle_w(high) == high - CALIBRATION_MARGIN_W
+    assert model.calibrated_idle_w(low) == low
+    assert model.calibrated_idle_w(high + 0.01) == low
+
+
+@pytest.mark.parametrize("window_s", [0.0, -60.0, math.nan])
+def test_a_window_without_length_is_not_idle(window_s: float) -> None:
+    window = GpuWindow(
+        "0",
+        MODEL,
+        window_s,
+        power_samples=120,
+        power_mean_w=IDLE_W,
+        energy_samples=120,
+        energy_increase_mj=0.0,
+        energy_span_s=0.0,
+        power_floor_w=FLOOR_W,
+    )
+    assert gpu_estimates(window, MODELS[MODEL], 30.0) == {}
+    assert not idle(window, 30.0)
