@@ -225,3 +225,38 @@ def test_started_clips_but_never_reaches_past_the_end() -> None:
     )
     assert window.power_samples == 17  # 90..570 s
     assert (window.power_mean_w, window.power_floor_w, window.history_s) == (118.0, 118.0, 510.0)
+
+
+def test_an_unmeasured_gpu_verdict_still_reports_what_was_measured() -> None:
+    verdict = idle_verdict([BUSY], 10.0, MODELS, scrape_interval_s=30.0, held_gpus=2)
+    assert (verdict.idle, verdict.usage_pct, dict(verdict.estimates)) == (
+        False,
+        100.0,
+        {"power": 100.0},
+    )
+    assert [g.gpu for g in verdict.gpus] == ["5"]
+    assert verdict.reason == "not idle: samples for 1 of the pod's 2 GPUs"
+
+
+def test_the_floor_lookback_keeps_to_the_pods_own_samples() -> None:
+    power = np.full(T.shape, 118.0)  # (20,)
+    power[0] = 60.0  # a predecessor's reading, before the pod started
+    power[-1] = 50.0  # after the window's end
+    window = window_from_samples(
+        T,
+        end_s=WINDOW_S - 30.0,
+        window_s=WINDOW_S,
+        power_w=power,
+        started_s=40.0,
+        floor_lookback_s=10 * WINDOW_S,
+    )
+    assert window.power_floor_w == 118.0
+
+
+def test_short_windows_and_subwindows_are_allowed() -> None:
+    t = np.array([0.25, 0.5])  # (2,)
+    window = window_from_samples(
+        t, end_s=0.5, window_s=0.5, model=MODEL, engine_active=np.zeros(2), subwindow_s=0.5
+    )
+    assert (window.engine_samples, window.engine_peak, window.subwindow_s) == (2, 0.0, 0.5)
+    assert idle_verdict([window], 10.0, MODELS, scrape_interval_s=0.25).idle
