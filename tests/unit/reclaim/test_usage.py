@@ -352,6 +352,12 @@ def windows(draw: st.DrawFn) -> GpuWindow:
         engine_mean=draw(st.floats(0.0, 1.0)),
         mig_instance=draw(st.none() | st.just("1")),
         sharing_pods=draw(st.integers(1, 4)),
+        util_peak_pct=draw(st.none() | st.floats(0.0, 100.0)),
+        power_peak_w=draw(st.none() | st.floats(0.0, 800.0)),
+        energy_peak_w=draw(st.none() | st.floats(0.0, 800.0)),
+        engine_peak=draw(st.none() | st.floats(0.0, 1.0)),
+        power_floor_w=draw(st.none() | st.floats(0.0, 800.0)),
+        history_s=draw(st.none() | st.floats(0.0, 2 * WINDOW_S)),
     )
 
 
@@ -364,6 +370,10 @@ def scaled(window: GpuWindow, factor: float) -> GpuWindow:
         power_mean_w=window.power_mean_w * factor,
         energy_increase_mj=window.energy_increase_mj * factor,
         engine_mean=window.engine_mean * factor,
+        util_peak_pct=None if window.util_peak_pct is None else window.util_peak_pct * factor,
+        power_peak_w=None if window.power_peak_w is None else window.power_peak_w * factor,
+        energy_peak_w=None if window.energy_peak_w is None else window.energy_peak_w * factor,
+        engine_peak=None if window.engine_peak is None else window.engine_peak * factor,
     )
 
 
@@ -388,6 +398,12 @@ SIGNAL_FIELDS = {
     "power": ("power_samples", "power_mean_w", 800.0),
     "energy": ("energy_samples", "energy_increase_mj", 800.0 * WINDOW_S * 1000),
     "engine": ("engine_samples", "engine_mean", 1.0),
+}
+PEAK_FIELDS = {
+    "util": ("util_peak_pct", 100.0),
+    "power": ("power_peak_w", 800.0),
+    "energy": ("energy_peak_w", 800.0),
+    "engine": ("engine_peak", 1.0),
 }
 
 
@@ -427,3 +443,23 @@ def test_raising_one_signal_never_turns_busy_into_idle(
 def test_estimates_stay_within_percent(window: GpuWindow) -> None:
     for value in gpu_estimates(window, REPLAY_MODELS[MODEL], 1.0).values():
         assert 0.0 <= value <= 100.0
+
+
+@given(windows(), st.sampled_from(sorted(PEAK_FIELDS)), st.floats(0.0, 1.0), st.floats(0.0, 100.0))
+def test_raising_or_adding_a_peak_never_turns_busy_into_idle(
+    window: GpuWindow, signal: str, fraction: float, threshold: float
+) -> None:
+    field, top = PEAK_FIELDS[signal]
+    current = getattr(window, field) or 0.0
+    raised = dataclasses.replace(window, **{field: current + (top - current) * fraction})
+    if not verdict_of(window, threshold).idle:
+        assert not verdict_of(raised, threshold).idle
+
+
+@given(windows(), st.floats(0.0, 100.0))
+def test_a_peak_never_makes_a_window_idle(window: GpuWindow, threshold: float) -> None:
+    no_peaks = dataclasses.replace(
+        window, util_peak_pct=None, power_peak_w=None, energy_peak_w=None, engine_peak=None
+    )
+    if not verdict_of(no_peaks, threshold).idle:
+        assert not verdict_of(window, threshold).idle
