@@ -22,7 +22,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -31,13 +31,14 @@ from yarl import URL
 
 from reclaim.promql import (
     DEFAULT_LABELS,
+    DEFAULT_SCRAPE_INTERVAL_S,
     SIGNAL_LABEL,
     LabelNames,
     Signal,
     holders_query,
     usage_query,
 )
-from reclaim.signals import GpuWindow
+from reclaim.signals import GpuWindow, subwindow_length
 
 __all__ = [
     "Correction",
@@ -284,21 +285,45 @@ class PrometheusClient:
             ) from error
 
     async def usage_windows(
-        self, pods: Sequence[PodKey], window_s: float
+        self,
+        pods: Sequence[PodKey],
+        window_s: float,
+        *,
+        scrape_interval_s: float | None = None,
+        started_at: Mapping[PodKey, float] | None = None,
+        uids: Mapping[PodKey, str] | None = None,
     ) -> dict[PodKey, list[GpuWindow]]:
         """Per requested pod, one `GpuWindow` per GPU (or MIG instance) it held in the last
         `window_s` seconds, sorted by node, GPU index and instance; [] when the answer holds
         nothing about the pod. One HTTP request; no request at all for no pods.
 
-        `sharing_pods` counts the distinct pods seen on the same node, GPU and instance in the
-        window, candidates or not (the batched query's holder part). Raises PrometheusQueryFailed;
-        ValueError for an empty namespace or pod name.
+        `scrape_interval_s` (default `DEFAULT_SCRAPE_INTERVAL_S`, dcgm-exporter's 30 s) sizes the
+        sub-windows of the peaks (`reclaim.signals.subwindow_length`); pass the interval the
+        verdict is given. `started_at` maps a pod to its start (epoch seconds: when it was
+        scheduled, or created); such a pod gets `history_s`, the time from its start to the
+        query's evaluation, so a pod younger than the window is never judged on samples that a
+        predecessor with the same namespace and name left in it. `uids` maps a pod to its UID:
+        where the series carry a pod UID label (`LabelNames.pod_uid`), series of any other UID
+        are left out. `sharing_pods` counts the distinct pods seen on the same node, GPU and
+        instance in the window, candidates or not (the batched query's holder part). Raises
+        PrometheusQueryFailed; ValueError for an empty namespace or pod name or a bad interval.
         """
         wanted = list(dict.fromkeys(pods))
         if not wanted:
             return {}
-        samples = await self.query(usage_query(wanted, window_s, self.labels))
-        return assemble_windows(samples, wanted, window_s, self.labels)
+        interval = DEFAULT_SCRAPE_INTERVAL_S if scrape_interval_s is None else scrape_interval_s
+        subwindow_s = subwindow_length(window_s, interval)
+        query = usage_query(wanted, window_s, self.labels, subwindow_s=subwindow_s)
+        samples = await self.query(query)
+        return assemble_windows(
+            samples,
+            wanted,
+            window_s,
+            self.labels,
+            subwindow_s=subwindow_s,
+            started_at=started_at,
+            uids=uids,
+        )
 
     async def gpu_holders(self) -> dict[tuple[str, int], set[PodKey]]:
         """Who holds each whole GPU now, by (node, GPU index), from the latest samples of
@@ -325,6 +350,8 @@ class _Slot:
 
     model: str = ""
     values: dict[Signal, float] = field(default_factory=dict)
+    spoiled: set[Signal] = field(default_factory=set)
+    """Signals with a non-finite element: absent, whatever the other elements say."""
 
 
 def assemble_windows(
@@ -332,14 +359,24 @@ def assemble_windows(
     pods: Sequence[PodKey],
     window_s: float,
     labels: LabelNames = DEFAULT_LABELS,
+    *,
+    subwindow_s: float | None = None,
+    started_at: Mapping[PodKey, float] | None = None,
+    uids: Mapping[PodKey, str] | None = None,
 ) -> dict[PodKey, list[GpuWindow]]:
     """Turn the answer to `reclaim.promql.usage_query` into windows per pod of `pods`. Pure.
 
     Elements for pods not in `pods` (the selector's cross product) are dropped. A signal whose
-    sum or increase is missing or not finite counts as absent (0 samples, None), as does one
-    with no samples; a mean is its sum over its sample count.
+    sum, increase, peak or floor is missing or not finite (NaN, an infinity) counts as absent
+    (0 samples, None), as does one with no samples; a mean is its sum over its sample count.
+    `subwindow_s` is recorded in each window. A pod in `started_at` gets `history_s`: the
+    answer's evaluation time (its latest sample timestamp) less the pod's start. An element
+    whose pod UID label differs from the pod's UID in `uids` is a predecessor's and is dropped;
+    elements of several UIDs for one GPU (no UID given) are combined as one series would be:
+    sums, counts and increases added, peaks the highest, floors the lowest.
     """
     wanted = set(pods)
+    known_uids = {pod: uid for pod, uid in (uids or {}).items() if uid}
     slots: dict[PodKey, dict[GpuSlot, _Slot]] = {pod: {} for pod in pods}
     holders: dict[GpuSlot, set[PodKey]] = defaultdict(set)
     for sample in samples:
@@ -358,17 +395,47 @@ def assemble_windows(
             continue
         if pod not in wanted:
             continue
+        uid = sample.labels.get(labels.pod_uid, "")
+        if uid and known_uids.get(pod, uid) != uid:
+            continue  # a predecessor with the same namespace and name
         slot = slots[pod].setdefault(slot_key, _Slot())
         slot.model = slot.model or sample.labels.get(labels.model, "")
         if math.isfinite(sample.value):
-            slot.values[signal] = sample.value
+            slot.values[signal] = _combine(signal, slot.values.get(signal), sample.value)
+        elif signal not in _HIGHEST and signal is not Signal.POWER_FLOOR:
+            slot.spoiled.add(signal)  # a NaN sum spoils the total, as in one PromQL sum
+    evaluated = max((sample.timestamp for sample in samples), default=math.nan)
+    starts = started_at or {}
+
+    def history(pod: PodKey) -> float | None:
+        start = starts.get(pod)
+        return None if start is None else evaluated - start
+
     return {
         pod: [
-            _window(key, slot, window_s, len(holders.get(key, set()) | {pod}))
+            replace(
+                _window(key, slot, window_s, len(holders.get(key, set()) | {pod})),
+                subwindow_s=subwindow_s,
+                history_s=history(pod),
+            )
             for key, slot in sorted(by_gpu.items(), key=lambda item: _slot_order(item[0]))
         ]
         for pod, by_gpu in slots.items()
     }
+
+
+_HIGHEST = frozenset({Signal.UTIL_PEAK, Signal.POWER_PEAK, Signal.ENGINE_PEAK, Signal.ENERGY_PEAK})
+
+
+def _combine(signal: Signal, old: float | None, new: float) -> float:
+    """Two elements of one signal for one GPU (series of two pod UIDs) as one series."""
+    if old is None:
+        return new
+    if signal in _HIGHEST:
+        return max(old, new)
+    if signal is Signal.POWER_FLOOR:
+        return min(old, new)
+    return old + new
 
 
 def _slot_order(key: GpuSlot) -> tuple[str, int, str, int, str]:
@@ -386,12 +453,13 @@ def _mean(values: Mapping[Signal, float], count: Signal, total: Signal) -> tuple
 
 
 def _window(key: GpuSlot, slot: _Slot, window_s: float, sharing: int) -> GpuWindow:
-    values = slot.values
+    values = {signal: v for signal, v in slot.values.items() if signal not in slot.spoiled}
     util_samples, util_mean = _mean(values, Signal.UTIL_COUNT, Signal.UTIL_SUM)
     power_samples, power_mean = _mean(values, Signal.POWER_COUNT, Signal.POWER_SUM)
     engine_samples, engine_mean = _mean(values, Signal.ENGINE_COUNT, Signal.ENGINE_SUM)
     energy = values.get(Signal.ENERGY_INCREASE)
     energy_samples = int(values.get(Signal.ENERGY_COUNT, 0)) if energy is not None else 0
+    energy_rate = values.get(Signal.ENERGY_PEAK)  # mJ/s
     return GpuWindow(
         gpu=key[1],
         model=slot.model,
@@ -406,6 +474,11 @@ def _window(key: GpuSlot, slot: _Slot, window_s: float, sharing: int) -> GpuWind
         engine_mean=engine_mean,
         mig_instance=key[2],
         sharing_pods=sharing,
+        util_peak_pct=values.get(Signal.UTIL_PEAK),
+        power_peak_w=values.get(Signal.POWER_PEAK),
+        energy_peak_w=None if energy_rate is None else energy_rate / 1000.0,
+        engine_peak=values.get(Signal.ENGINE_PEAK),
+        power_floor_w=values.get(Signal.POWER_FLOOR),
     )
 
 

@@ -36,9 +36,22 @@ with the candidates instead of (pods x sub-expressions) selectors, and Prometheu
 alternation of literals into a set lookup. The price is the cross product (``ns1/p3`` matches too
 when it exists); the adapter drops every (namespace, pod) it did not ask for.
 
+Per signal the query also returns its PEAK: the highest mean over any sub-window of the window,
+``max_over_time(avg_over_time(m[sub])[window - sub : sub/2])`` (sub-windows every half
+sub-window, each wholly inside the window) ``or`` the most recent one, ``avg_over_time(m[sub])``
+evaluated now (subquery steps are aligned to multiples of the step, so the newest samples may fall
+after the last aligned sub-window). For the energy counter the same with ``rate(m[sub])``, the
+mean power of each sub-window in mJ/s. The sub-window length comes from the scrape interval
+(`reclaim.signals.subwindow_length`). A last part per GPU is the power FLOOR,
+``min_over_time(DCGM_FI_DEV_POWER_USAGE[lookback])`` over the pod's own series (24 h by default):
+the lowest draw the GPU showed while the pod held it, which calibrates its idle draw.
+
 Per signal the query returns per-GPU sums and counts (``sum by (...) (sum_over_time(...))`` and
 ``count_over_time``) rather than ``avg_over_time``: when one GPU of one pod has several series in
 the window (exporter restart, relabelling) the mean is still sum / count over all its samples.
+Elements are also split by pod UID where the series carry one (dcgm-exporter's
+``--kubernetes-enable-pod-uid``), so the adapter can drop a predecessor's series that share the
+pod's namespace and name.
 The energy counter gives ``increase(...)`` (counter resets handled, extrapolated to the window
 edges by Prometheus) beside its sample count. A last sub-expression lists every pod holding a GPU
 (or MIG instance) that a candidate holds, so time-sliced sharing counts pods that are not
@@ -53,10 +66,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 
+from reclaim.signals import subwindow_length
+
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 TOTAL_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+
+DEFAULT_SCRAPE_INTERVAL_S = 30.0
+"""dcgm-exporter's default collection interval, and the scheduler's default
+`reclaim.scrapeIntervalSeconds`: sizes the sub-windows when the caller does not say."""
+CALIBRATION_LOOKBACK_S = 24 * 3600.0
+"""How far back the power floor that calibrates a GPU's idle draw looks."""
 
 SIGNAL_LABEL = "gpu_scheduler_signal"
 """Marker label that says which sub-expression of a batched query an answer element came from."""
@@ -89,6 +110,13 @@ class Signal(StrEnum):
     ENGINE_SUM = "engine_sum"
     ENERGY_COUNT = "energy_count"
     ENERGY_INCREASE = "energy_increase"
+    UTIL_PEAK = "util_peak"
+    POWER_PEAK = "power_peak"
+    ENGINE_PEAK = "engine_peak"
+    ENERGY_PEAK = "energy_peak"
+    """Highest sub-window rate of the energy counter, mJ/s."""
+    POWER_FLOOR = "power_floor"
+    """Lowest power sample over the calibration lookback, W."""
     HOLDER = "holder"
     """One element per (pod, GPU[, MIG instance]) for every GPU a candidate holds; value 1."""
 
@@ -115,6 +143,9 @@ class LabelNames:
     """The MIG GPU instance id; absent on whole GPUs."""
     model: str = "modelName"
     """The GPU model name, e.g. "NVIDIA H200"."""
+    pod_uid: str = "pod_uid"
+    """The holding pod's UID; dcgm-exporter adds it only with ``--kubernetes-enable-pod-uid``.
+    Series that carry it tell a pod from a predecessor with the same namespace and name."""
 
     def __post_init__(self) -> None:
         names = [getattr(self, f.name) for f in fields(self)]
@@ -233,22 +264,45 @@ def _by(labels: Sequence[str]) -> str:
 
 
 def usage_queries(
-    pods: Sequence[tuple[str, str]], window_s: float, labels: LabelNames = DEFAULT_LABELS
+    pods: Sequence[tuple[str, str]],
+    window_s: float,
+    labels: LabelNames = DEFAULT_LABELS,
+    *,
+    subwindow_s: float | None = None,
+    calibration_s: float = CALIBRATION_LOOKBACK_S,
 ) -> dict[str, str]:
     """The sub-expressions of one reclaim attempt's usage query, keyed by `Signal` value.
 
-    Every sub-expression is an instant vector over the last `window_s` seconds whose elements
-    carry the labels (namespace, pod, node, gpu, gpu_instance, model) of one GPU (or MIG instance)
-    of one selected pod; see the module docstring for the choice of sums and counts. `pods` must
-    be non-empty and hold no empty names (ValueError).
+    Every sub-expression is an instant vector whose elements carry the labels (namespace, pod,
+    pod_uid, node, gpu, gpu_instance, model) of one GPU (or MIG instance) of one selected pod (and
+    one pod UID, where the series carry it): sums and
+    counts over the last `window_s` seconds, peaks over sub-windows of `subwindow_s` seconds
+    inside it (default: `subwindow_length` at a `DEFAULT_SCRAPE_INTERVAL_S` scrape), and the power
+    floor over the last `calibration_s` seconds; see the module docstring. `pods` must be
+    non-empty and hold no empty names (ValueError).
     """
     window = duration(window_s)
+    if subwindow_s is None:
+        subwindow_s = subwindow_length(window_s, DEFAULT_SCRAPE_INTERVAL_S)
+    sub_s = min(subwindow_s, window_s)
+    sub = duration(sub_s)
+    step = duration(sub_s / 2)
+    earlier_s = window_s - sub_s
     selector = pod_matchers(pods, labels)
-    keys = (labels.namespace, labels.pod, *labels.gpu_key, labels.model)
+    keys = (labels.namespace, labels.pod, labels.pod_uid, *labels.gpu_key, labels.model)
     by = _by(keys)
 
     def over_time(function: str, metric: str) -> str:
         return f"sum {by} ({function}({metric}{{{selector}}}[{window}]))"
+
+    def peak(function: str, metric: str) -> str:
+        recent = f"{function}({metric}{{{selector}}}[{sub}])"
+        if round(earlier_s * 1000) < 1:
+            return f"max {by} ({recent})"
+        earlier = f"max_over_time({recent}[{duration(earlier_s)}:{step}])"
+        # The marker keeps the two parts apart under `or`; `max by` drops it again.
+        tagged = f'label_replace({recent}, "{SIGNAL_LABEL}", "recent", "", "")'
+        return f"max {by} ({earlier} or {tagged})"
 
     held = f'{labels.namespace}!="",{labels.pod}!=""'
     holder_keys = _by((labels.namespace, labels.pod, *labels.gpu_key))
@@ -270,6 +324,13 @@ def usage_queries(
         Signal.ENGINE_SUM: over_time("sum_over_time", GR_ENGINE_ACTIVE),
         Signal.ENERGY_COUNT: over_time("count_over_time", TOTAL_ENERGY),
         Signal.ENERGY_INCREASE: over_time("increase", TOTAL_ENERGY),
+        Signal.UTIL_PEAK: peak("avg_over_time", GPU_UTIL),
+        Signal.POWER_PEAK: peak("avg_over_time", POWER_USAGE),
+        Signal.ENGINE_PEAK: peak("avg_over_time", GR_ENGINE_ACTIVE),
+        Signal.ENERGY_PEAK: peak("rate", TOTAL_ENERGY),
+        Signal.POWER_FLOOR: (
+            f"min {by} (min_over_time({POWER_USAGE}{{{selector}}}[{duration(calibration_s)}]))"
+        ),
         Signal.HOLDER: holders,
     }
 
@@ -292,10 +353,17 @@ def batch(queries: Mapping[str, str], marker: str = SIGNAL_LABEL) -> str:
 
 
 def usage_query(
-    pods: Sequence[tuple[str, str]], window_s: float, labels: LabelNames = DEFAULT_LABELS
+    pods: Sequence[tuple[str, str]],
+    window_s: float,
+    labels: LabelNames = DEFAULT_LABELS,
+    *,
+    subwindow_s: float | None = None,
+    calibration_s: float = CALIBRATION_LOOKBACK_S,
 ) -> str:
     """`usage_queries` batched into the single expression one reclaim attempt sends."""
-    return batch(usage_queries(pods, window_s, labels))
+    return batch(
+        usage_queries(pods, window_s, labels, subwindow_s=subwindow_s, calibration_s=calibration_s)
+    )
 
 
 def holders_query(labels: LabelNames = DEFAULT_LABELS) -> str:

@@ -9,6 +9,9 @@ samples. Rows are grouped by the series column (one GPU each), in order of first
 Each series is judged by `reclaim.usage.idle_verdict`, exactly as the live verdict:
 
 - the sample interval (for coverage) is the median step between the series' distinct times;
+  peaks are over sub-windows of ten intervals (`reclaim.signals.SUBWINDOW_SCRAPES`), and the
+  power floor that calibrates the GPU's idle draw is the series' lowest power up to the window's
+  end;
 - without --window-seconds the whole series is one window, from one interval before its first
   sample to its last; with it, the verdict is over the LAST window of each series, ending at its
   last sample (what the scheduler would decide at that moment);
@@ -83,6 +86,10 @@ class SeriesResult:
     interval_s: float | None
     mean_util_pct: float | None
     verdict: Verdict
+    subwindow_s: float | None = None
+    """Length of the sub-windows the peaks were taken over."""
+    power_floor_w: float | None = None
+    """Lowest power sample up to the window's end: the GPU's idle-draw calibration."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +97,8 @@ class SeriesResult:
             "samples": self.samples,
             "window_s": self.window_s,
             "interval_s": self.interval_s,
+            "subwindow_s": self.subwindow_s,
+            "power_floor_w": self.power_floor_w,
             "mean_util_pct": self.mean_util_pct,
             "estimates_pct": dict(self.verdict.estimates),
             "usage_pct": self.verdict.usage_pct,
@@ -196,7 +205,14 @@ def replay_series(
             min_coverage=DEFAULT_MIN_COVERAGE,
         )
     return SeriesResult(
-        series.name, int(np.count_nonzero(inside)), window, interval, mean_util, verdict
+        series.name,
+        int(np.count_nonzero(inside)),
+        window,
+        interval,
+        mean_util,
+        verdict,
+        gpu_window.subwindow_s,
+        gpu_window.power_floor_w,
     )
 
 

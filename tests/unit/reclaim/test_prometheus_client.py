@@ -23,10 +23,13 @@ from reclaim.prometheus import (
     PrometheusError,
     PrometheusQueryFailed,
     PrometheusUnavailable,
+    Sample,
+    assemble_windows,
     occupancy_corrections,
 )
-from reclaim.promql import SIGNAL_LABEL, LabelNames, holders_query, usage_query
+from reclaim.promql import SIGNAL_LABEL, LabelNames, holders_query, pod_matchers, usage_query
 from reclaim.signals import GpuWindow
+from reclaim.usage import DEFAULT_POWER_MODELS, Verdict, idle_verdict
 
 SLOW_S = 1.0
 WINDOW_S = 60.0
@@ -247,6 +250,7 @@ async def test_usage_windows_from_one_batched_request(stand_in: StandIn) -> None
                 energy_samples=60,
                 energy_increase_mj=11_940_000.0,
                 sharing_pods=2,
+                subwindow_s=WINDOW_S,
             ),
             GpuWindow(
                 gpu="1",
@@ -254,6 +258,7 @@ async def test_usage_windows_from_one_batched_request(stand_in: StandIn) -> None
                 window_s=WINDOW_S,
                 power_samples=58,
                 power_mean_w=100.0,
+                subwindow_s=WINDOW_S,
             ),
         ],
         B: [
@@ -264,6 +269,7 @@ async def test_usage_windows_from_one_batched_request(stand_in: StandIn) -> None
                 engine_samples=59,
                 engine_mean=2.95 / 59,
                 mig_instance="3",
+                subwindow_s=WINDOW_S,
             )
         ],
         GONE: [],
@@ -358,3 +364,180 @@ def test_correction_kinds_and_text() -> None:
     assert unrecorded.kind == "unrecorded"
     assert unrecorded.describe() == "ns/p holds GPUs 2 on n2 (no recorded choice)"
     assert Correction("ns", "p", "n1", (2,), "n1", (1,)).kind == "other-gpus"
+
+
+# From Prometheus's answer to the verdict: what it says can make a pod busy; what it does not say
+# (NaN, infinities, nothing, an error) never makes it idle.
+
+HOUR_S = 3600.0
+NOW = 1_700_000_000.5
+QUIET_H200 = [  # 120 scrapes at 30 s of an idle holder's GPU, the energy counter included
+    ("power_count", "120"),
+    ("power_sum", str(120 * 118.0)),
+    ("energy_count", "120"),
+    ("energy_increase", str(118.0 * HOUR_S * 1000)),
+    ("power_floor", "118"),
+]
+
+
+def answer(values: list[tuple[str, str]], pod: tuple[str, str] = A) -> list[dict[str, Any]]:
+    return [element(signal, pod, N1_GPU0, value) for signal, value in values]
+
+
+async def verdict_from(stand_in: StandIn, values: list[tuple[str, str]], **options: Any) -> Verdict:
+    query = usage_query([A], HOUR_S, subwindow_s=300.0)
+    stand_in.answers[query] = {"status": "success", "data": _vector(answer(values))}
+    async with PrometheusClient(f"{stand_in.base}/canned") as client:
+        windows = await client.usage_windows([A], HOUR_S, scrape_interval_s=30.0, **options)
+    return idle_verdict(windows[A], 10.0, DEFAULT_POWER_MODELS, scrape_interval_s=30.0)
+
+
+async def test_a_quiet_hour_is_idle(stand_in: StandIn) -> None:
+    verdict = await verdict_from(stand_in, QUIET_H200)
+    assert verdict.idle, verdict.reason
+
+
+@pytest.mark.parametrize(
+    "peak",
+    [
+        ("power_peak", "690"),  # busy at full power for the last 5 minutes
+        ("energy_peak", str(690.0 * 1000)),  # mJ/s
+        ("util_peak", "100"),
+    ],
+    ids=["power", "energy", "util"],
+)
+async def test_a_busy_subwindow_in_the_answer_makes_the_pod_busy(
+    stand_in: StandIn, peak: tuple[str, str]
+) -> None:
+    verdict = await verdict_from(stand_in, [*QUIET_H200, peak])
+    assert not verdict.idle
+    assert verdict.usage_pct == pytest.approx(100.0)
+
+
+async def test_the_power_floor_in_the_answer_calibrates_the_gpu(stand_in: StandIn) -> None:
+    """This GPU idles at 148 W, 30 W above the model: 10 % duty draws 202 W, which the model's
+    118 W would read as 14.7 %, and an idle 148 W as 5.2 %: with its floor it reads its duty."""
+    busy = [
+        ("power_count", "120"),
+        ("power_sum", str(120 * 202.2)),
+        ("power_floor", "148"),
+    ]
+    verdict = await verdict_from(stand_in, busy)
+    assert not verdict.idle
+    assert verdict.estimates["power"] == pytest.approx(100 * (202.2 - 143) / (690 - 143))
+    idle = [("power_count", "120"), ("power_sum", str(120 * 148.0)), ("power_floor", "148")]
+    assert (await verdict_from(stand_in, idle)).idle
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+@pytest.mark.parametrize("signal", ["power_sum", "power_count", "energy_increase"])
+async def test_non_finite_values_in_the_answer_are_missing(
+    stand_in: StandIn, signal: str, value: str
+) -> None:
+    only_power = [("power_count", "120"), ("power_sum", str(120 * 118.0)), ("power_floor", "118")]
+    only_energy = [
+        ("energy_count", "120"),
+        ("energy_increase", str(118.0 * HOUR_S * 1000)),
+    ]
+    values = only_energy if signal == "energy_increase" else only_power
+    assert (await verdict_from(stand_in, values)).idle
+    spoiled = [(s, value if s == signal else v) for s, v in values]
+    verdict = await verdict_from(stand_in, spoiled)
+    assert not verdict.idle
+    assert "insufficient samples" in verdict.reason
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+async def test_everything_nan_is_not_idle(stand_in: StandIn, value: str) -> None:
+    verdict = await verdict_from(stand_in, [(signal, value) for signal, _ in QUIET_H200])
+    assert not verdict.idle
+
+
+async def test_no_data_is_not_idle(stand_in: StandIn) -> None:
+    verdict = await verdict_from(stand_in, [])
+    assert not verdict.idle
+    assert verdict.reason == "no GPU samples for the pod"
+
+
+@pytest.mark.parametrize("prefix", ["error", "http500", "matrix", "notjson"])
+async def test_an_error_answer_yields_no_windows_at_all(stand_in: StandIn, prefix: str) -> None:
+    async with PrometheusClient(f"{stand_in.base}/{prefix}") as client:
+        with pytest.raises(PrometheusQueryFailed):
+            await client.usage_windows([A], HOUR_S, scrape_interval_s=30.0)
+
+
+async def test_a_pod_younger_than_the_window_is_not_idle(stand_in: StandIn) -> None:
+    """The quiet hour may be a predecessor's with the same name: the pod started 10 minutes
+    before the query was evaluated (the answer's timestamp)."""
+    young = await verdict_from(stand_in, QUIET_H200, started_at={A: NOW - 600.0})
+    assert not young.idle
+    assert "started 600 s before the window's end" in young.reason
+    old = await verdict_from(stand_in, QUIET_H200, started_at={A: NOW - HOUR_S - 1})
+    assert old.idle
+
+
+@pytest.mark.parametrize(("scrape_s", "subwindow"), [(30.0, "[300s]"), (15.0, "[150s]")])
+async def test_the_subwindow_follows_the_scrape_interval(
+    stand_in: StandIn, scrape_s: float, subwindow: str
+) -> None:
+    stand_in.seen.clear()
+    async with PrometheusClient(f"{stand_in.base}/canned") as client:
+        await client.usage_windows([A], HOUR_S, scrape_interval_s=scrape_s)
+    assert len(stand_in.seen) == 1  # one request per window, peaks and floor included
+    query = stand_in.seen[0]["query"]
+    assert f"DCGM_FI_DEV_POWER_USAGE{{{pod_matchers([A])}}}{subwindow}" in query
+    assert "[86400s]" in query
+
+
+def _sample(found: dict[str, Any]) -> Sample:
+    timestamp, value = found["value"]
+    return Sample(labels=found["metric"], value=float(value), timestamp=float(timestamp))
+
+
+def uid_element(signal: str, uid: str, value: str) -> dict[str, Any]:
+    found = element(signal, A, N1_GPU0, value)
+    found["metric"]["pod_uid"] = uid
+    return found
+
+
+def test_series_of_another_uid_are_a_predecessors() -> None:
+    """With dcgm-exporter's --kubernetes-enable-pod-uid the predecessor's quiet hour carries its
+    own UID: dropped; the new pod's 20 samples do not cover the hour."""
+    old = [uid_element(s, "uid-old", v) for s, v in QUIET_H200]
+    new = [
+        uid_element("power_count", "uid-new", "20"),
+        uid_element("power_sum", "uid-new", str(20 * 118.0)),
+    ]
+    samples = [_sample(e) for e in [*old, *new]]
+    windows = assemble_windows(samples, [A], HOUR_S, uids={A: "uid-new"})
+    (window,) = windows[A]
+    assert (window.power_samples, window.energy_samples, window.power_floor_w) == (20, 0, None)
+    verdict = idle_verdict(windows[A], 10.0, DEFAULT_POWER_MODELS, scrape_interval_s=30.0)
+    assert not verdict.idle
+    # Without the UID (or on series without the label) both pods' samples count together.
+    merged = assemble_windows(samples, [A], HOUR_S)
+    assert merged[A][0].power_samples == 140
+    assert merged[A][0].power_floor_w == 118.0
+
+
+def test_elements_of_two_uids_combine_like_one_series() -> None:
+    values = [
+        ("power_count", "60", "60"),
+        ("power_sum", str(60 * 118.0), str(60 * 690.0)),
+        ("power_peak", "118", "690"),
+        ("power_floor", "117", "150"),
+        ("energy_increase", "1000", "2000"),
+        ("energy_count", "60", "60"),
+    ]
+    elements = [uid_element(s, "u1", a) for s, a, _ in values]
+    elements += [uid_element(s, "u2", b) for s, _, b in values]
+    (window,) = assemble_windows([_sample(e) for e in elements], [A], HOUR_S)[A]
+    assert window.power_samples == 120
+    assert window.power_mean_w == pytest.approx((118.0 + 690.0) / 2)
+    assert (window.power_peak_w, window.power_floor_w) == (690.0, 117.0)
+    assert (window.energy_increase_mj, window.energy_samples) == (3000.0, 120)
+    # A NaN sum of one spoils the total, as it would in one PromQL sum: the signal is missing.
+    spoiled = [*elements, uid_element("power_sum", "u3", "NaN")]
+    (window,) = assemble_windows([_sample(e) for e in spoiled], [A], HOUR_S)[A]
+    assert (window.power_samples, window.power_mean_w) == (0, None)
+    assert window.power_peak_w == 690.0  # peaks only add caution: the finite ones stay

@@ -196,13 +196,30 @@ def test_label_names_are_validated() -> None:
         LabelNames(model=SIGNAL_LABEL)
 
 
+PEAKS = {Signal.UTIL_PEAK, Signal.POWER_PEAK, Signal.ENGINE_PEAK, Signal.ENERGY_PEAK}
+KEYS = "by (namespace, pod, pod_uid, Hostname, gpu, GPU_I_ID, modelName)"
+
+
 def test_usage_queries_cover_every_signal_over_the_window() -> None:
     queries = usage_queries([("team-a", "train-0")], 3600)
     assert set(queries) == {signal.value for signal in Signal}
     for signal, expr in queries.items():
-        assert "[3600s]" in expr, signal
-        if signal != Signal.HOLDER:
-            assert expr.startswith("sum by (namespace, pod, Hostname, gpu, GPU_I_ID, modelName)")
+        if signal in PEAKS:
+            # 5-minute sub-windows (ten 30 s scrapes) every 150 s inside the hour, or the latest.
+            assert expr.startswith(f"max {KEYS} (max_over_time("), signal
+            assert "[300s])[3300s:150s]) or label_replace(" in expr, signal
+            assert "[3600s]" not in expr
+        elif signal == Signal.POWER_FLOOR:
+            assert expr == (
+                f"min {KEYS} (min_over_time(DCGM_FI_DEV_POWER_USAGE"
+                '{namespace=~"team-a",pod=~"train-0"}[86400s]))'
+            )
+        else:
+            assert "[3600s]" in expr, signal
+        if signal not in PEAKS | {Signal.HOLDER, Signal.POWER_FLOOR}:
+            assert expr.startswith(f"sum {KEYS}")
+    assert f"rate({TOTAL_ENERGY}{{" in queries[Signal.ENERGY_PEAK]
+    assert f"avg_over_time({GPU_UTIL}{{" in queries[Signal.UTIL_PEAK]
     assert f"increase({TOTAL_ENERGY}{{" in queries[Signal.ENERGY_INCREASE]
     assert f"sum_over_time({GPU_UTIL}{{" in queries[Signal.UTIL_SUM]
     assert "and on (Hostname, gpu, GPU_I_ID)" in queries[Signal.HOLDER]
@@ -235,13 +252,14 @@ def test_every_name_in_the_batched_query_reads_back_escaped(pods: list[tuple[str
     literals = matcher_literals(query)
     namespaces = [value for head, value in literals if head == "namespace=~"]
     names = [value for head, value in literals if head == "pod=~"]
-    # 8 signal parts + the 2 candidate selectors of the holder part.
-    assert len(namespaces) == len(names) == 10
+    # 8 signal parts, 4 peaks (the 30 s window is one sub-window: its latest), the power floor
+    # and the 2 candidate selectors of the holder part.
+    assert len(namespaces) == len(names) == 15
     assert set(namespaces) == {alternation_pattern(ns for ns, _ in pods)}
     assert set(names) == {alternation_pattern(pod for _, pod in pods)}
     # Outside the candidate matchers, only the query's own literals: markers and `!=""`.
     others = {value for head, value in literals if head not in ("namespace=~", "pod=~")}
-    assert others <= {"", SIGNAL_LABEL, *(signal.value for signal in Signal)}
+    assert others <= {"", SIGNAL_LABEL, "recent", *(signal.value for signal in Signal)}
 
 
 def test_holders_query_reads_whole_gpus_with_pod_labels() -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from reclaim.signals import GpuWindow
 from reclaim.usage import (
+    CALIBRATION_MARGIN_W,
     DEFAULT_POWER_MODELS,
     FloatArray,
     PowerModel,
@@ -32,6 +33,8 @@ REPLAY_MODELS = {MODEL: PowerModel(idle_w=120.0, max_w=700.0)}
 INTERVAL_S = 1.0
 WINDOW_S = 60.0
 NEED = int(0.8 * WINDOW_S / INTERVAL_S)
+FLOOR_W = 120.0 + CALIBRATION_MARGIN_W
+"""A power floor that calibrates REPLAY_MODELS' H200 to exactly its nominal 120 W idle draw."""
 Phases = Mapping[str, dict[str, FloatArray]]
 
 
@@ -85,16 +88,26 @@ def test_h200_dataloader_bound_is_busy_at_5_although_util_reads_0(h200_phases: P
     verdict = verdict_of(phase_window(h200_phases, "dataloader_bound_10pct"), 5.0)
     assert not verdict.idle
     assert verdict.estimates["util"] == 0.0
-    assert verdict.estimates["power"] == pytest.approx(100 * (185.408 - 120) / 580, abs=0.01)
+    # The GPU's own floor (119.2 W) calibrates its idle draw; the estimate is at least the mean's.
+    idle_w = 119.2 - CALIBRATION_MARGIN_W
+    assert verdict.estimates["power"] >= 100 * (185.408 - idle_w) / (700 - idle_w) - 0.01
 
 
 def test_h200_power_separates_periodic_phases_near_their_duty(h200_phases: Phases) -> None:
-    models = {MODEL: DEFAULT_POWER_MODELS[MODEL]}  # 118 W idle holder, 690 W steady
-    estimates = {
-        name: verdict_of(phase_window(h200_phases, name), 50.0, models).estimates["power"]
-        for name in ("bursty_training_50pct", "dataloader_bound_10pct", "sporadic_inference_4pct")
-    }
-    assert [round(v) for v in estimates.values()] == [53, 12, 5]
+    model = DEFAULT_POWER_MODELS[MODEL]  # 118 W idle holder, 690 W steady
+    means = []
+    for name in ("bursty_training_50pct", "dataloader_bound_10pct", "sporadic_inference_4pct"):
+        window = phase_window(h200_phases, name)
+        assert window.power_mean_w is not None
+        means.append(model.duty_pct(window.power_mean_w, model.calibrated_idle_w(min_power(name))))
+        estimate = verdict_of(window, 50.0, {MODEL: model}).estimates["power"]
+        assert estimate >= means[-1]  # a sub-window peak can only raise it
+    assert [round(v) for v in means] == [53, 12, 6]
+
+
+def min_power(name: str) -> float:
+    with H200_CSV.open(newline="") as handle:
+        return min(float(row["power_w"]) for row in csv.DictReader(handle) if row["phase"] == name)
 
 
 def test_h200_util_only_windows_are_never_idle(h200_phases: Phases) -> None:
@@ -141,6 +154,7 @@ def test_energy_counter_catches_what_power_samples_alias() -> None:
         energy_samples=61,
         energy_increase_mj=busy_mean_w * WINDOW_S * 1000,
         energy_span_s=WINDOW_S,
+        power_floor_w=FLOOR_W,
     )
     verdict = verdict_of(window, 5.0)
     assert not verdict.idle
@@ -224,7 +238,15 @@ def test_mig_only_engine_counts() -> None:
 def test_time_sliced_gpu_usage_is_not_divided() -> None:
     # 30 % duty on a GPU shared by 4 pods: each pod is charged 30 %, not 7.5 %.
     power = 120.0 + 0.3 * 580.0
-    window = GpuWindow("0", MODEL, WINDOW_S, power_samples=60, power_mean_w=power, sharing_pods=4)
+    window = GpuWindow(
+        "0",
+        MODEL,
+        WINDOW_S,
+        power_samples=60,
+        power_mean_w=power,
+        sharing_pods=4,
+        power_floor_w=FLOOR_W,
+    )
     verdict = verdict_of(window, 10.0)
     assert not verdict.idle
     assert verdict.usage_pct == pytest.approx(30.0)
@@ -233,7 +255,9 @@ def test_time_sliced_gpu_usage_is_not_divided() -> None:
 
 
 def test_every_gpu_must_be_idle() -> None:
-    idle = GpuWindow("0", MODEL, WINDOW_S, power_samples=60, power_mean_w=120.0)
+    idle = GpuWindow(
+        "0", MODEL, WINDOW_S, power_samples=60, power_mean_w=120.0, power_floor_w=FLOOR_W
+    )
     busy = dataclasses.replace(idle, gpu="1", power_mean_w=600.0)
     verdict = idle_verdict([idle, busy], 10.0, REPLAY_MODELS, scrape_interval_s=1.0)
     assert not verdict.idle
@@ -258,6 +282,7 @@ def test_describe_quotes_every_estimate() -> None:
         util_mean_pct=0.0,
         power_samples=60,
         power_mean_w=120.0 + 0.018 * 580,
+        power_floor_w=FLOOR_W,
     )
     assert verdict_of(window, 10.0).describe() == "usage 1.8 % (util 0.0 %, power 1.8 %)"
 
@@ -327,6 +352,12 @@ def windows(draw: st.DrawFn) -> GpuWindow:
         engine_mean=draw(st.floats(0.0, 1.0)),
         mig_instance=draw(st.none() | st.just("1")),
         sharing_pods=draw(st.integers(1, 4)),
+        util_peak_pct=draw(st.none() | st.floats(0.0, 100.0)),
+        power_peak_w=draw(st.none() | st.floats(0.0, 800.0)),
+        energy_peak_w=draw(st.none() | st.floats(0.0, 800.0)),
+        engine_peak=draw(st.none() | st.floats(0.0, 1.0)),
+        power_floor_w=draw(st.none() | st.floats(0.0, 800.0)),
+        history_s=draw(st.none() | st.floats(0.0, 2 * WINDOW_S)),
     )
 
 
@@ -339,6 +370,10 @@ def scaled(window: GpuWindow, factor: float) -> GpuWindow:
         power_mean_w=window.power_mean_w * factor,
         energy_increase_mj=window.energy_increase_mj * factor,
         engine_mean=window.engine_mean * factor,
+        util_peak_pct=None if window.util_peak_pct is None else window.util_peak_pct * factor,
+        power_peak_w=None if window.power_peak_w is None else window.power_peak_w * factor,
+        energy_peak_w=None if window.energy_peak_w is None else window.energy_peak_w * factor,
+        engine_peak=None if window.engine_peak is None else window.engine_peak * factor,
     )
 
 
@@ -363,6 +398,12 @@ SIGNAL_FIELDS = {
     "power": ("power_samples", "power_mean_w", 800.0),
     "energy": ("energy_samples", "energy_increase_mj", 800.0 * WINDOW_S * 1000),
     "engine": ("engine_samples", "engine_mean", 1.0),
+}
+PEAK_FIELDS = {
+    "util": ("util_peak_pct", 100.0),
+    "power": ("power_peak_w", 800.0),
+    "energy": ("energy_peak_w", 800.0),
+    "engine": ("engine_peak", 1.0),
 }
 
 
@@ -402,3 +443,23 @@ def test_raising_one_signal_never_turns_busy_into_idle(
 def test_estimates_stay_within_percent(window: GpuWindow) -> None:
     for value in gpu_estimates(window, REPLAY_MODELS[MODEL], 1.0).values():
         assert 0.0 <= value <= 100.0
+
+
+@given(windows(), st.sampled_from(sorted(PEAK_FIELDS)), st.floats(0.0, 1.0), st.floats(0.0, 100.0))
+def test_raising_or_adding_a_peak_never_turns_busy_into_idle(
+    window: GpuWindow, signal: str, fraction: float, threshold: float
+) -> None:
+    field, top = PEAK_FIELDS[signal]
+    current = getattr(window, field) or 0.0
+    raised = dataclasses.replace(window, **{field: current + (top - current) * fraction})
+    if not verdict_of(window, threshold).idle:
+        assert not verdict_of(raised, threshold).idle
+
+
+@given(windows(), st.floats(0.0, 100.0))
+def test_a_peak_never_makes_a_window_idle(window: GpuWindow, threshold: float) -> None:
+    no_peaks = dataclasses.replace(
+        window, util_peak_pct=None, power_peak_w=None, energy_peak_w=None, engine_peak=None
+    )
+    if not verdict_of(no_peaks, threshold).idle:
+        assert not verdict_of(window, threshold).idle
