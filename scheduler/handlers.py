@@ -176,4 +176,3 @@ class PodHandler:
         if pod.key in self.cache.pods:
             self.cache.remove_pod(pod.key)
             self.queue.move_all_to_active_or_backoff("PodDelete")
-

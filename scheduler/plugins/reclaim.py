@@ -95,8 +95,18 @@ class UsageSource(Protocol):
     """Where measured usage comes from (the Prometheus adapter)."""
 
     async def usage_windows(
-        self, pods: list[tuple[str, str]], window_s: float
-    ) -> Mapping[tuple[str, str], list[GpuWindow]]: ...
+        self,
+        pods: list[tuple[str, str]],
+        window_s: float,
+        *,
+        scrape_interval_s: float | None = None,
+        started_at: Mapping[tuple[str, str], float] | None = None,
+        uids: Mapping[tuple[str, str], str] | None = None,
+    ) -> Mapping[tuple[str, str], list[GpuWindow]]:
+        """See `reclaim.prometheus.PrometheusClient.usage_windows`: `started_at` (epoch seconds)
+        keeps a predecessor's samples out of a pod's window, `uids` drops other pods' series
+        where they carry a UID, `scrape_interval_s` sizes the sub-windows."""
+        ...
 
 
 class PolicyStore:
@@ -449,9 +459,20 @@ class Reclaimer:
         failures: list[tuple[str, str]] = []
         for window_s, group in sorted(by_window.items()):
             pods = [(v.pod.namespace, v.pod.name) for v in group]
+            started_at = {
+                key: moment.timestamp()
+                for key, v in zip(pods, group, strict=True)
+                if (moment := v.pod.scheduled_at or v.pod.created) is not None
+            }
             try:
                 windows = await asyncio.wait_for(
-                    self.usage.usage_windows(pods, float(window_s)),
+                    self.usage.usage_windows(
+                        pods,
+                        float(window_s),
+                        scrape_interval_s=self.settings.scrape_interval_seconds,
+                        started_at=started_at,
+                        uids={key: v.pod.uid for key, v in zip(pods, group, strict=True)},
+                    ),
                     self.settings.prometheus_timeout_seconds,
                 )
             except Exception as error:  # down, slow, erroring: never evict on missing metrics
@@ -480,6 +501,7 @@ class Reclaimer:
                     self.power_models,
                     scrape_interval_s=self.settings.scrape_interval_seconds,
                     min_coverage=self.settings.min_coverage,
+                    held_gpus=victim.pod.gpus,
                 )
                 measured.append(replace(victim, verdict=verdict))
         if not measured:

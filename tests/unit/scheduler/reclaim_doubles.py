@@ -110,11 +110,17 @@ class Usage:
         self.fail: dict[float, Exception] = {}
         self.during: Callable[[], None] | None = None
         self.asked: list[tuple[float, list[tuple[str, str]]]] = []
+        self.options: list[dict[str, Any]] = []
+        """The keyword options of each query, in order."""
 
     async def usage_windows(
-        self, pods: list[tuple[str, str]], window_s: float
+        self,
+        pods: list[tuple[str, str]],
+        window_s: float,
+        **options: Any,
     ) -> Mapping[tuple[str, str], list[GpuWindow]]:
         self.asked.append((window_s, list(pods)))
+        self.options.append(options)
         if self.during is not None:
             self.during()
         if window_s in self.fail:

@@ -367,3 +367,27 @@ class _NoopHandler:
 
     def on_delete(self, obj: object) -> None:
         pass
+
+
+# -- what the PostFilter tells the usage source -------------------------------------------------
+
+
+async def test_queries_carry_start_uid_and_scrape_interval_of_each_victim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without start and UID, a re-created victim would be judged on its predecessor's samples;
+    without the scrape interval the sub-windows would assume the default."""
+    cache = cluster(
+        *two_full_nodes(),
+        pods=[victim_pod("va", "a", uid="uid-a"), victim_pod("vb", "b", uid="uid-b")],
+    )
+    rig = make_rig(monkeypatch, cache)
+    await rig.attempt(PREEMPTOR)
+    assert rig.usage.options, "no usage query was made"
+    options = rig.usage.options[0]
+    assert options["uids"] == {("default", "va"): "uid-a", ("default", "vb"): "uid-b"}
+    started = options["started_at"]
+    assert set(started) == {("default", "va"), ("default", "vb")}
+    assert all(isinstance(moment, float) and moment > 0 for moment in started.values())
+    interval = rig.reclaimer.settings.scrape_interval_seconds
+    assert options["scrape_interval_s"] == interval
