@@ -76,17 +76,15 @@ def _countable(pod: PodInfo, snapshot: Snapshot) -> _Counts:
     """The pods whose labels the selectors are matched against: same namespace as `pod`, not
     terminating, on a node the cache knows (row)."""
     cache = snapshot.cache
-    rows: list[int] = []
-    labels: list[Mapping[str, str]] = []
-    for state in cache.pods.values():
-        info = state.info
-        if info.namespace != pod.namespace or info.terminating or info.key == pod.key:
-            continue
-        row = cache.row_of.get(state.node)
-        if row is None:
-            continue
-        rows.append(row)
-        labels.append(info.labels)
+    row_of = cache.row_of
+    namespace, own = pod.namespace, pod.key
+    found = [
+        (row_of.get(state.node), info.labels)
+        for state in cache.pods.values()
+        if (info := state.info).namespace == namespace and not info.terminating and info.key != own
+    ]
+    rows = [row for row, _ in found if row is not None]
+    labels = [labels for row, labels in found if row is not None]
     return _Counts(rows, labels, {})
 
 
