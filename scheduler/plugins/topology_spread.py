@@ -163,11 +163,12 @@ def domain_counts(
     """Matching pods per domain over the eligible rows, and which domains have an eligible node.
 
     codes: (rows,) label codes (-1: no label); eligible: (rows,); per_row: (rows,).
-    Returns counts (domains,) and present (domains,)."""
+    Returns counts (max(domains, 1),) and present (same shape)."""
     picked = codes[eligible & (codes >= 0)]  # picked: (eligible rows,)
     weights = per_row[eligible & (codes >= 0)]
-    counts = np.bincount(picked, weights=weights, minlength=domains).astype(np.int64)
-    present = np.bincount(picked, minlength=domains) > 0
+    width = max(domains, 1)  # a key no node carries still indexes one (empty) domain
+    counts = np.bincount(picked, weights=weights, minlength=width).astype(np.int64)
+    present = np.bincount(picked, minlength=width) > 0
     return counts, present
 
 

@@ -200,6 +200,12 @@ CASES = {
         {REASON_MISSING: {"x1"}},
         nodes=[*zone_nodes(), make_node("x1", gpus=0)],
     ),
+    # A key no node carries: every node lacks it.
+    "key_on_no_node": Case(
+        [constraint("example.com/nowhere")],
+        BASE_PODS,
+        {REASON_MISSING: {"a1", "a2", "b1", "c1"}},
+    ),
     # An empty selector counts no pod (kube-scheduler's rule): skew 1 everywhere.
     "empty_selector": Case([constraint(selector={})], BASE_PODS, {}),
     # No labelSelector selects nothing, the pod itself included.
@@ -293,6 +299,13 @@ def test_score_hostname_uses_node_counts_and_max_skew() -> None:
     snapshot = snapshot_of(*nodes, pods=placed("n1", 3) + placed("n2", 1))
     got = scores(snapshot, spread_pod("new", constraints=[constraint(HOST, 2, "ScheduleAnyway")]))
     assert got == {"n1": 16.0, "n2": 66.0, "n3": 100.0}
+
+
+def test_score_with_a_key_no_node_carries_gives_no_points() -> None:
+    snapshot = snapshot_of(*zone_nodes(), pods=BASE_PODS)
+    soft = constraint("example.com/nowhere", when="ScheduleAnyway")
+    got = scores(snapshot, spread_pod("new", constraints=[soft]))
+    assert got == {"a1": 0.0, "a2": 0.0, "b1": 0.0, "c1": 0.0}
 
 
 def test_score_all_equal_gives_everyone_full_points() -> None:
