@@ -16,9 +16,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from hack.localcluster import G1, G2, LocalCluster
+from hack.localcluster import G1, G2, LocalCluster, NodeSpec
 from scheduler.plugins.topology_spread import REASON_MISSING, REASON_SKEW
-from tests.kube import eventually
+from tests.kube import bind, eventually, gpu_pod
 from tests.scheduling import (
     isolated,
     make_nodes,
@@ -38,6 +38,17 @@ def _count(reason: str, message: str) -> int:
     """Nodes a FailedScheduling message counts under exactly `reason` (0 if absent)."""
     found = re.search(rf"(\d+) {re.escape(reason)}(?:[,.]| \w)", message)
     return int(found.group(1)) if found else 0
+
+
+def zoned(namespace: str, zone: str, count: int = 1, **changes: Any) -> NodeSpec:
+    """`count` nodes of this test in `zone`, named after it."""
+    spec = isolated(G2, namespace, count=count)
+    return replace(
+        spec,
+        type_name=f"n{namespace[-6:]}-z{zone}",
+        labels={**spec.labels, ZONE: zone},
+        **changes,
+    )
 
 
 def spread_pod(
@@ -71,14 +82,7 @@ async def _pending_message(core: client.CoreV1Api, namespace: str, name: str) ->
 async def test_zone_spread_matches_kube_scheduler(
     cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
 ) -> None:
-    specs = [
-        replace(
-            isolated(G2, namespace, count=2),
-            type_name=f"n{namespace[-6:]}-z{zone}",
-            labels={**isolated(G2, namespace).labels, ZONE: zone},
-        )
-        for zone in ZONES
-    ]
+    specs = [zoned(namespace, zone, count=2) for zone in ZONES]
     names = await make_nodes(core_api, [*specs, isolated(G1, namespace)])
     zone_of = {
         name: zone
@@ -126,3 +130,47 @@ async def test_zone_spread_matches_kube_scheduler(
         assert _count(REASON_MISSING, message) == 1, message
     stuck = await pod_json(core_api, namespace, "stuck")
     assert not stuck["spec"].get("nodeName")
+
+
+async def test_taints_policy_verdicts_match_kube_scheduler(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """Zones a and b hold one matching pod each; zone c's only node is tainted. With
+    nodeTaintsPolicy Ignore (the default) zone c counts with 0 pods, so a and b are at skew 2
+    and c is refused by its taint: pending. With Honor zone c does not count: skew 1, placed."""
+    dedicated = ({"key": "dedicated", "value": "x", "effect": "NoSchedule"},)
+    nodes = await make_nodes(
+        core_api,
+        [zoned(namespace, "a"), zoned(namespace, "b"), zoned(namespace, "c", taints=dedicated)],
+    )
+    for index, node in enumerate(nodes[:2]):
+        seed = f"seed-{index}"
+        await core_api.create_namespaced_pod(
+            namespace, gpu_pod(seed, 0, scheduler_name="nobody", labels={"app": "seed"})
+        )
+        await bind(core_api, namespace, seed, node)
+
+    async with running_daemon(cluster, settings_for(namespace)):
+        for prefix, scheduler in (("ours", namespace), ("kube", "default-scheduler")):
+            await core_api.create_namespaced_pod(
+                namespace, spread_pod(namespace, f"{prefix}-ignore", "seed", scheduler)
+            )
+        messages = {
+            prefix: await _pending_message(core_api, namespace, f"{prefix}-ignore")
+            for prefix in ("ours", "kube")
+        }
+        for prefix, scheduler in (("ours", namespace), ("kube", "default-scheduler")):
+            pod = spread_pod(
+                namespace, f"{prefix}-honor", "seed", scheduler, nodeTaintsPolicy="Honor"
+            )
+            await core_api.create_namespaced_pod(namespace, pod)
+            placed = await wait_bound(core_api, namespace, f"{prefix}-honor")
+            assert placed["spec"]["nodeName"] in nodes[:2]
+
+    for prefix, message in messages.items():
+        assert _count(REASON_SKEW, message) == 2, (prefix, message)
+        # kube-scheduler 1.34 words it "untolerated taint(s)", this scheduler names the taint.
+        assert re.search(r"\b1 node\(s\) had untolerated taint", message), (prefix, message)
+    for prefix in ("ours", "kube"):
+        pending = await pod_json(core_api, namespace, f"{prefix}-ignore")
+        assert not pending["spec"].get("nodeName"), prefix
