@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.quantity import QuantityError, base_units, cpu_millis
+from scheduler.spread import SpreadConstraint, parse_spread_constraints
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
 from topology.mig import is_mig_resource, parse_mig_profile
 from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
@@ -120,6 +121,8 @@ class PodInfo:
     scheduled_at: datetime | None = None
     """When the pod was bound: its PodScheduled=True condition's lastTransitionTime (the API
     server sets it on binding), else status.startTime; None while pending."""
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    """spec.topologySpreadConstraints, matchLabelKeys merged (see `scheduler.spread`)."""
 
     @property
     def bound(self) -> bool:
@@ -382,6 +385,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
             scheduled_at = _timestamp(condition.get("lastTransitionTime"))
     if scheduled_at is None and spec.get("nodeName"):
         scheduled_at = _timestamp(status.get("startTime"))
+    spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -408,6 +412,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         annotations=annotations,
         errors=tuple(errors),
         scheduled_at=scheduled_at,
+        spread_constraints=spread,
     )
 
 

@@ -10,6 +10,7 @@ from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
 from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
+from scheduler.plugins.topology_spread import PodTopologySpread
 
 
 def default_framework(settings: SchedulerConfig) -> Framework:
@@ -19,12 +20,20 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
+    spread = PodTopologySpread()
     extra: list[ScorePlugin] = []
     if scoring.fragmentation_weight > 0:
         extra.append(GpuFragmentation(scoring.fragmentation_weight))
     return Framework(
-        filters=[NodeUnschedulable(), TaintToleration(), affinity, NodeResourcesFit(), nvlink],
-        scores=[nvlink, affinity, *extra],
+        filters=[
+            NodeUnschedulable(),
+            TaintToleration(),
+            affinity,
+            NodeResourcesFit(),
+            nvlink,
+            spread,
+        ],
+        scores=[nvlink, affinity, *extra, spread],
         seed=settings.scoring.seed,
         narrowers=[nvlink],
     )
