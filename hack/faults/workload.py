@@ -19,7 +19,7 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import client
 
@@ -93,7 +93,7 @@ class ChurnWorkload:
         return self.rng.choices(list(self.spec.sizes), weights=list(self.spec.weights))[0]
 
     async def _bound(self) -> set[str]:
-        response = await self.core.list_namespaced_pod(
+        response: Any = await self.core.list_namespaced_pod(
             self.spec.namespace,
             label_selector=f"{WORKLOAD_LABEL}={self.spec.prefix}",
             _preload_content=False,
@@ -140,7 +140,7 @@ class ChurnWorkload:
         manifest = churn_pod(self.spec, name, self.next_size())
 
         async def create() -> None:
-            await self.core.create_namespaced_pod(self.spec.namespace, manifest)
+            await self.core.create_namespaced_pod(self.spec.namespace, cast(Any, manifest))
 
         if await self._retrying("create", create):
             self.created += 1
