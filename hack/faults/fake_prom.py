@@ -13,7 +13,8 @@
 | NAN     | the real answer with every sample value replaced by "NaN"                     |
 | EMPTY   | a successful answer with no series                                            |
 
-`requests` counts the queries answered per mode.
+`requests` counts the queries answered per mode. `on_next_query`, when set, is awaited once
+before the next query is answered (then cleared): a test acts at the moment reclaim measures.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import json
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from enum import Enum
 from types import TracebackType
 from typing import Any
@@ -61,6 +63,7 @@ class FlakyPrometheus:
         self.slow_s = slow_s
         self.requests: Counter[str] = Counter()
         self._mode = Mode.PASS
+        self.on_next_query: Callable[[], Awaitable[None]] | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -114,6 +117,9 @@ class FlakyPrometheus:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         mode = self._mode
         self.requests[mode.value] += 1
+        hook, self.on_next_query = self.on_next_query, None
+        if hook is not None:
+            await hook()
         if mode is Mode.ERROR:
             error = {"status": "error", "errorType": "internal", "error": "injected fault"}
             return web.json_response(error, status=500)

@@ -553,3 +553,40 @@ def evictions_from_log(
         evicted_at = parse_time(record.get("timestamp")) or 0.0
         evictions.append(Eviction(victim, evicted_at, priority))
     return evictions, unknown
+
+
+def check_stale_writes(records: Sequence[Obj], since: float) -> list[Violation]:
+    """`stale_write`: in one replica's log, a bind or eviction logged after `since` (the moment
+    it resumed from a pause longer than its Lease) and before it was elected again. A replica
+    that was paused past its Lease has lost it, so nothing it writes until a new
+    `leader_elected` may land."""
+    found = []
+    for record in records:
+        at = parse_time(record.get("timestamp"))
+        if at is None or at <= since:
+            continue
+        if record.get("event") == "leader_elected":
+            break
+        if record.get("event") == "pod_bound" or (
+            record.get("event") == "reclaim_evict" and record.get("result") == "evicted"
+        ):
+            what = "bound" if record["event"] == "pod_bound" else "evicted"
+            found.append(
+                Violation("stale_write", str(record.get("pod")), f"{what} after losing the Lease")
+            )
+    return found
+
+
+def pods_on_missing_nodes(
+    pods: Iterable[Obj], nodes: Iterable[Obj], scheduler_names: Iterable[str]
+) -> list[str]:
+    """Keys of our pods bound to a node that does not exist."""
+    existing = {n["metadata"]["name"] for n in nodes}
+    ours = set(scheduler_names)
+    return [
+        key_of(p)
+        for p in pods
+        if p["spec"].get("schedulerName") in ours
+        and p["spec"].get("nodeName")
+        and p["spec"]["nodeName"] not in existing
+    ]

@@ -14,6 +14,9 @@ Resets are seeded and bounded: while enabled, each forwarded chunk resets its co
 probability `chunk_reset_probability`, and every `sweep_interval_s` one live connection (chosen
 by the seeded RNG) is reset too, which reaches idle watches; never more than `max_resets` in all.
 A reset is a TCP RST (SO_LINGER 0), not a clean close.
+
+`hold()` stops forwarding the client's bytes to the API server (requests wait in the proxy,
+answers and watch events still flow back) until `release()`: a write in flight, stalled.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ class ResetProxy:
         self._links: set[_Link] = set()
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self.port = 0
 
     @property
@@ -104,9 +109,17 @@ class ResetProxy:
                 await self._sweeper
         if self._server is not None:
             self._server.close()
+            self._flowing.set()
             for link in list(self._links):
                 link.reset()
             await self._server.wait_closed()
+
+    def hold(self) -> None:
+        """Stop forwarding requests upstream until `release()`."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
 
     def _may_reset(self) -> bool:
         return self.resets_enabled and self.resets < self.max_resets
@@ -145,7 +158,8 @@ class ResetProxy:
         self._links.add(link)
         try:
             await asyncio.gather(
-                self._pipe(reader, up_writer, link), self._pipe(up_reader, writer, link)
+                self._pipe(reader, up_writer, link, upstream=True),
+                self._pipe(up_reader, writer, link, upstream=False),
             )
         finally:
             self._links.discard(link)
@@ -153,7 +167,11 @@ class ResetProxy:
                 end.transport.abort()
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        link: _Link,
+        upstream: bool,
     ) -> None:
         try:
             while True:
@@ -165,6 +183,8 @@ class ResetProxy:
                 if self._may_reset() and self.rng.random() < self.chunk_reset_probability:
                     self._reset(link)
                     return
+                if upstream:
+                    await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()
         except (OSError, RuntimeError):  # the other direction reset or closed the link

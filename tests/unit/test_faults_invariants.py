@@ -17,12 +17,14 @@ from hack.faults.invariants import (
     check_eviction,
     check_fitting_bound,
     check_gpu_indices,
+    check_stale_writes,
     check_state,
     evictions_from_log,
     mean_usage,
     parse_records,
     pdb_forbids,
     pod_requests,
+    pods_on_missing_nodes,
 )
 
 T0 = 1_700_000_000.0
@@ -319,3 +321,34 @@ def test_evictions_join_log_records_with_the_pods_seen() -> None:
     assert eviction.evicted_at == T0 + 60
     assert eviction.preemptor_priority == 500
     assert check_eviction(eviction, CLASSES) == []
+
+
+def test_writes_after_a_pause_past_the_lease_are_stale_until_elected_again() -> None:
+    records = [
+        {"event": "pod_bound", "pod": "ns/before", "timestamp": "2023-11-14T22:13:10Z"},
+        {"event": "pod_bound", "pod": "ns/stale", "timestamp": "2023-11-14T22:13:21Z"},
+        {
+            "event": "reclaim_evict",
+            "pod": "ns/v",
+            "result": "evicted",
+            "timestamp": "2023-11-14T22:13:22Z",
+        },
+        {
+            "event": "reclaim_evict",
+            "pod": "ns/w",
+            "result": "gone",
+            "timestamp": "2023-11-14T22:13:22Z",
+        },
+        {"event": "leader_elected", "timestamp": "2023-11-14T22:13:30Z"},
+        {"event": "pod_bound", "pod": "ns/fine", "timestamp": "2023-11-14T22:13:31Z"},
+    ]
+    found = check_stale_writes(records, since=T0)
+    assert [(v.subject, v.detail) for v in found] == [
+        ("ns/stale", "bound after losing the Lease"),
+        ("ns/v", "evicted after losing the Lease"),
+    ]
+
+
+def test_pods_on_missing_nodes_are_ours_only() -> None:
+    pods = [pod("a", on="gone"), pod("b", on="n1"), pod("c", on="gone", scheduler="theirs")]
+    assert pods_on_missing_nodes(pods, [node("n1")], ["ours"]) == ["ns/a"]
