@@ -55,7 +55,8 @@ class SchedulerProcess:
         self.folder = folder
         self.log_path = folder / f"{name}.log"
         self.config_path = folder / f"{name}.yaml"
-        self.config_path.write_text(yaml.safe_dump(config))
+        own = {**config, "metricsAddress": f"127.0.0.1:{free_port()}"}  # one port per replica
+        self.config_path.write_text(yaml.safe_dump(own))
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.kills = 0
