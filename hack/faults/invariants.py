@@ -590,3 +590,28 @@ def pods_on_missing_nodes(
         and p["spec"].get("nodeName")
         and p["spec"]["nodeName"] not in existing
     ]
+
+
+def check_needless_evictions(records: Iterable[Obj], pods: Iterable[Obj]) -> list[Violation]:
+    """`needless_eviction`: a pod evicted for a preemptor that, at rest, is not bound to the node
+    the eviction made room on (still pending, or placed elsewhere). A preemptor deleted since
+    proves nothing either way and is skipped."""
+    where = {key_of(p): p["spec"].get("nodeName") for p in pods}
+    found = []
+    for record in records:
+        if record.get("event") != "reclaim_evict" or record.get("result") != "evicted":
+            continue
+        preemptor = str(record.get("preemptor"))
+        if preemptor not in where:
+            continue
+        landed = where[preemptor]
+        if landed != record.get("node"):
+            found.append(
+                Violation(
+                    "needless_eviction",
+                    str(record.get("pod")),
+                    f"evicted on {record.get('node')} for {preemptor}, which is "
+                    + (f"on {landed}" if landed else "still pending"),
+                )
+            )
+    return found

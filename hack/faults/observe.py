@@ -25,6 +25,7 @@ from hack.faults.invariants import (
     Violation,
     check_evictions,
     check_fitting_bound,
+    check_needless_evictions,
     check_state,
     evictions_from_log,
     fitting_pending,
@@ -136,7 +137,15 @@ class Audit:
         by_name: Mapping[str, dict[str, Any]] = {c["metadata"]["name"]: c for c in classes}
         evictions, unknown = evictions_from_log(self.records(), self.seen)
         before = list(self.seen.values())
-        return self._add(fault, [*unknown, *check_evictions(evictions, by_name, pdbs, before)])
+        pods, _ = await self.observe()
+        return self._add(
+            fault,
+            [
+                *unknown,
+                *check_evictions(evictions, by_name, pdbs, before),
+                *check_needless_evictions(self.records(), pods),
+            ],
+        )
 
     def evicted(self) -> list[str]:
         return [

@@ -187,7 +187,7 @@ async def api_resets(scene: Scene, pods: int, seconds: float = 12.0) -> Outcome:
     async with ResetProxy(
         apiserver_address(scene.cluster),
         seed=scene.seed,
-        chunk_reset_probability=0.03,
+        chunk_reset_probability=0.15,
         sweep_interval_s=1.0,
         max_resets=int(seconds * 10),
     ) as proxy:
@@ -408,21 +408,31 @@ def gpu_pod(name: str, gpus: int, scheduler: str, **spec: Any) -> dict[str, Any]
     }
 
 
-async def holder_pod(scene: Scene, name: str, node: str, priority_class: str, usage: str) -> None:
-    """A 2-GPU pod of another scheduler, bound by hand and Running on `node`, scripted usage."""
+async def holder_pod(
+    scene: Scene,
+    name: str,
+    node: str,
+    priority_class: str,
+    usage: str,
+    gpus: str = "0,1",
+    labels: dict[str, str] | None = None,
+) -> None:
+    """A pod of another scheduler holding GPUs `gpus` of `node`, bound by hand and Running,
+    with scripted usage."""
     core = scene.core
     manifest = gpu_pod(
         name,
-        2,
+        len(gpus.split(",")),
         "someone-else",
         priorityClassName=priority_class,
         annotations={USAGE: usage},
     )
+    manifest["metadata"]["labels"] = labels or {}
     await core.create_namespaced_pod(scene.namespace, cast(Any, manifest))
     binding = {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": name, "annotations": {"gpu-scheduler.io/gpus": "0,1"}},
+        "metadata": {"name": name, "annotations": {"gpu-scheduler.io/gpus": gpus}},
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     response: Any = await core.create_namespaced_pod_binding(
@@ -569,23 +579,40 @@ async def _two_attempts(
 
 
 async def victim_deleted(scene: Scene) -> Outcome:
-    """The idle victim is deleted at the moment reclaim queries Prometheus about it, so the plan
-    and its eviction race the deletion; the preemptor must still land on the freed node, and
-    nothing else may be evicted."""
+    """The idle victim is deleted while its eviction is in flight: when reclaim queries
+    Prometheus, the scheduler's requests to the API server are held in a proxy (its watches still
+    flow), the victim is deleted directly, then the held requests (the nomination and the
+    eviction) go out. The eviction finds the pod gone; the preemptor must still land on the freed
+    node, and nothing else may be evicted."""
     fault = "victim deleted"
-    async with priority_classes(scene) as classes:
+    async with (
+        priority_classes(scene) as classes,
+        ResetProxy(apiserver_address(scene.cluster), seed=scene.seed) as proxy,
+    ):
         nodes = await reclaim_scene(scene, classes)
         async with FlakyPrometheus(scene.cluster.prometheus_url or "") as prom:
             deleted = asyncio.Event()
 
-            async def delete_victim() -> None:
-                await scene.core.delete_namespaced_pod(
-                    "idle", scene.namespace, grace_period_seconds=0
-                )
-                deleted.set()
+            async def delete_then_release() -> None:
+                try:
+                    await asyncio.sleep(1.0)  # the plan is made, its writes wait in the proxy
+                    await scene.core.delete_namespaced_pod(
+                        "idle", scene.namespace, grace_period_seconds=0
+                    )
+                    await asyncio.sleep(1.0)
+                finally:
+                    proxy.release()
+                    deleted.set()
 
-            prom.on_next_query = delete_victim
-            replica = scene.launch("solo", reclaim_config(scene, prom.url))
+            tasks: list[asyncio.Task[None]] = []
+
+            async def hold_writes() -> None:
+                proxy.hold()
+                tasks.append(asyncio.create_task(delete_then_release()))
+
+            prom.on_next_query = hold_writes
+            kubeconfig = proxied_kubeconfig(scene.cluster.kubeconfig, proxy.url, scene.folder)
+            replica = scene.launch("solo", reclaim_config(scene, prom.url), kubeconfig)
             await synced(replica)
             audit = scene.audit()
             await audit.observe()
@@ -608,6 +635,69 @@ async def victim_deleted(scene: Scene) -> Outcome:
         4,
         audit.violations[fault] + wrong,
         {"eviction_results": results},
+    )
+
+
+async def pdb_guarded(scene: Scene) -> Outcome:
+    """Every way to make room needs a pod a PodDisruptionBudget protects: one node holds two
+    idle 1-GPU pods, one of them guarded; another holds one guarded idle 2-GPU pod. Reclaim must
+    evict nothing: not the guarded pods (the API server refuses those) and not the unguarded one
+    either, since its node cannot host the preemptor without the guarded one going too."""
+    fault = "pdb"
+    async with priority_classes(scene) as classes:
+        mixed, whole = await scene.nodes([scene.spec(PAIR, 1, tag=str(i)) for i in range(2)])
+        for name, node, gpus, guarded in (
+            ("lone", mixed, "0", False),
+            ("guarded-a", mixed, "1", True),
+            ("guarded-b", whole, "0,1", True),
+        ):
+            await holder_pod(
+                scene,
+                name,
+                node,
+                classes["idle-ok"],
+                "constant:util=0",
+                gpus=gpus,
+                labels={"app": "guarded"} if guarded else {},
+            )
+        policy_api = client.PolicyV1Api(scene.api)
+        budget = {
+            "metadata": {"name": "keep"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}},
+        }
+        await policy_api.create_namespaced_pod_disruption_budget(scene.namespace, cast(Any, budget))
+
+        async def budget_seen() -> bool:
+            found = await policy_api.read_namespaced_pod_disruption_budget("keep", scene.namespace)
+            return bool(found.status and found.status.current_healthy == 2)
+
+        await eventually(budget_seen, 60, "the budget's status")
+        await full_window(
+            scene.cluster.prometheus_url or "", scene.namespace, ["lone", "guarded-a", "guarded-b"]
+        )
+        replica = scene.launch("solo", reclaim_config(scene, scene.cluster.prometheus_url or ""))
+        await synced(replica)
+        audit = scene.audit()
+        await audit.observe()
+        await create_preemptor(scene, classes)
+
+        async def attempts() -> bool:
+            done = [r for r in replica.records() if r.get("event") == "reclaim_skipped"]
+            return len(done) >= 3
+
+        await eventually(attempts, 90, "three reclaim attempts")
+        await audit.check_evictions(fault)
+        await audit.check(fault)
+    evicted = audit.evicted()
+    wrong = [
+        Violation("needless_eviction", key, "evicted, yet no room was made") for key in evicted
+    ]
+    return Outcome(
+        "PDB-guarded victims",
+        1,
+        4,
+        audit.violations[fault] + wrong,
+        {"evicted": evicted},
     )
 
 

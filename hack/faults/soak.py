@@ -39,6 +39,7 @@ FAMILIES = (
     "gone",
     "prometheus",
     "victim",
+    "pdb",
     "node",
 )
 
@@ -56,6 +57,7 @@ def plan(pods: int, kills: int) -> dict[str, Runner]:
         "gone": lambda s: scenarios.watch_gone(s, share, times=some),
         "prometheus": scenarios.prometheus_faults,
         "victim": scenarios.victim_deleted,
+        "pdb": scenarios.pdb_guarded,
         "node": lambda s: scenarios.node_deleted(s, 6),
     }
 

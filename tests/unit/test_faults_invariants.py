@@ -17,6 +17,7 @@ from hack.faults.invariants import (
     check_eviction,
     check_fitting_bound,
     check_gpu_indices,
+    check_needless_evictions,
     check_stale_writes,
     check_state,
     evictions_from_log,
@@ -352,3 +353,41 @@ def test_writes_after_a_pause_past_the_lease_are_stale_until_elected_again() -> 
 def test_pods_on_missing_nodes_are_ours_only() -> None:
     pods = [pod("a", on="gone"), pod("b", on="n1"), pod("c", on="gone", scheduler="theirs")]
     assert pods_on_missing_nodes(pods, [node("n1")], ["ours"]) == ["ns/a"]
+
+
+def test_an_eviction_whose_preemptor_did_not_land_there_is_needless() -> None:
+    records = [
+        {
+            "event": "reclaim_evict",
+            "pod": "ns/v1",
+            "preemptor": "ns/p",
+            "node": "n1",
+            "result": "evicted",
+        },
+        {
+            "event": "reclaim_evict",
+            "pod": "ns/v2",
+            "preemptor": "ns/q",
+            "node": "n1",
+            "result": "evicted",
+        },
+        {
+            "event": "reclaim_evict",
+            "pod": "ns/v3",
+            "preemptor": "ns/r",
+            "node": "n1",
+            "result": "blocked",
+        },
+        {
+            "event": "reclaim_evict",
+            "pod": "ns/v4",
+            "preemptor": "ns/gone",
+            "node": "n1",
+            "result": "evicted",
+        },
+    ]
+    pods = [pod("p", on="n1"), pod("q"), pod("r")]
+    found = check_needless_evictions(records, pods)
+    assert [(v.subject, v.detail) for v in found] == [
+        ("ns/v2", "evicted on n1 for ns/q, which is still pending")
+    ]
