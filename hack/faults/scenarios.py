@@ -640,14 +640,15 @@ async def victim_deleted(scene: Scene) -> Outcome:
 
 async def pdb_guarded(scene: Scene) -> Outcome:
     """Every way to make room needs a pod a PodDisruptionBudget protects: one node holds two
-    idle 1-GPU pods, one of them guarded; another holds one guarded idle 2-GPU pod. Reclaim must
-    evict nothing: not the guarded pods (the API server refuses those) and not the unguarded one
-    either, since its node cannot host the preemptor without the guarded one going too."""
+    idle 1-GPU pods, `guarded-a` and the unguarded `batch` (which sorts first among equals);
+    another holds one guarded idle 2-GPU pod. Reclaim must evict nothing: not the guarded pods
+    (the API server refuses those) and not `batch` either, since its node cannot host the
+    preemptor without `guarded-a` going too."""
     fault = "pdb"
     async with priority_classes(scene) as classes:
         mixed, whole = await scene.nodes([scene.spec(PAIR, 1, tag=str(i)) for i in range(2)])
         for name, node, gpus, guarded in (
-            ("lone", mixed, "0", False),
+            ("batch", mixed, "0", False),
             ("guarded-a", mixed, "1", True),
             ("guarded-b", whole, "0,1", True),
         ):
@@ -673,7 +674,7 @@ async def pdb_guarded(scene: Scene) -> Outcome:
 
         await eventually(budget_seen, 60, "the budget's status")
         await full_window(
-            scene.cluster.prometheus_url or "", scene.namespace, ["lone", "guarded-a", "guarded-b"]
+            scene.cluster.prometheus_url or "", scene.namespace, ["batch", "guarded-a", "guarded-b"]
         )
         replica = scene.launch("solo", reclaim_config(scene, scene.cluster.prometheus_url or ""))
         await synced(replica)
