@@ -18,6 +18,7 @@ import yaml
 
 from hack.faults.invariants import read_records
 from hack.localcluster.cluster import REPO_ROOT, free_port
+from hack.localcluster.processes import _die_with_parent as die_with_parent
 
 
 def scheduler_config(
@@ -80,6 +81,7 @@ class SchedulerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
             )
         self.starts += 1
 

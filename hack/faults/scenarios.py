@@ -128,6 +128,20 @@ class Scene:
         for replica in self.replicas:
             replica.stop()
 
+    async def cleanup(self, timeout_s: float = 60.0) -> None:
+        """Stop the replicas, delete the scene's pods and nodes, and wait (bounded) until its
+        pods are gone, so the next scene's cluster-wide checks do not see them."""
+        self.stop()
+        core = self.core
+        await core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
+        await core.delete_collection_node(label_selector=f"{NODE_LABEL}={self.namespace}")
+
+        async def gone() -> bool:
+            pods = await core.list_namespaced_pod(self.namespace)
+            return not pods.items
+
+        await eventually(gone, timeout_s, f"the pods of {self.namespace} deleted", interval=0.5)
+
 
 async def eventually(
     probe: Callable[[], Awaitable[Any]], timeout: float, what: str, interval: float = 0.25

@@ -26,7 +26,7 @@ from typing import Any, cast
 from kubernetes_asyncio import client, config
 
 from hack.faults import scenarios
-from hack.faults.scenarios import NODE_LABEL, Outcome, Scene
+from hack.faults.scenarios import Outcome, Scene
 from hack.localcluster import ClusterConfig, LocalCluster
 
 Runner = Callable[[Scene], Awaitable[Outcome]]
@@ -120,9 +120,8 @@ async def soak(args: argparse.Namespace, work_dir: Path) -> int:
                     traceback.print_exc()
                     rows.append((family, None, f"{type(error).__name__}: {error}"))
                 finally:
-                    scene.stop()
+                    await scene.cleanup()
                     await core.delete_namespace(namespace)
-                    await core.delete_collection_node(label_selector=f"{NODE_LABEL}={namespace}")
                 print(
                     f"[{family}] done in {time.monotonic() - started:.0f} s; logs in {folder}",
                     flush=True,

@@ -8,7 +8,7 @@ wait). About 280 pods in all; the long version is `python -m hack.faults.soak`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +23,15 @@ PODS = 40
 
 
 @pytest.fixture
-def scene(
+async def scene(
     cluster: LocalCluster, api_client: client.ApiClient, namespace: str, tmp_path: Path
-) -> Iterator[Scene]:
+) -> AsyncIterator[Scene]:
     """The test's namespace, nodes (labelled for the namespace fixture to delete) and replicas;
     the seed is fixed per test by its name."""
     seed = sum(namespace.encode()) % 1000
     found = Scene(cluster, api_client, namespace, tmp_path, seed)
     yield found
-    found.stop()
+    await found.cleanup()
 
 
 def clean(outcome: Outcome) -> str:
