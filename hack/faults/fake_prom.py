@@ -126,20 +126,23 @@ class FlakyPrometheus:
         if mode is Mode.EMPTY:
             empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
             return web.json_response(empty)
-        if mode is Mode.SLOW:
-            await asyncio.sleep(self.slow_s)
-        assert self._session is not None
-        body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() == "content-type"}
-        async with self._session.request(
-            request.method,
-            f"{self.upstream}/{request.match_info['path']}",
-            params=request.query,
-            data=body,
-            headers=headers,
-        ) as upstream:
-            text = await upstream.text()
-            status = upstream.status
+        try:
+            body = await request.read()  # before any stall: the client may give up meanwhile
+            if mode is Mode.SLOW:
+                await asyncio.sleep(self.slow_s)
+            assert self._session is not None
+            headers = {k: v for k, v in request.headers.items() if k.lower() == "content-type"}
+            async with self._session.request(
+                request.method,
+                f"{self.upstream}/{request.match_info['path']}",
+                params=request.query,
+                data=body,
+                headers=headers,
+            ) as upstream:
+                text = await upstream.text()
+                status = upstream.status
+        except (OSError, aiohttp.ClientError) as error:  # the scheduler hung up, or upstream
+            return web.Response(text=f"proxy: {type(error).__name__}", status=502)
         if mode is Mode.NAN:
             with contextlib.suppress(ValueError):
                 text = json.dumps(_nan_values(json.loads(text)))
