@@ -503,10 +503,10 @@ def reclaim_config(scene: Scene, prometheus_url: str) -> dict[str, Any]:
     )
 
 
-async def create_preemptor(scene: Scene, classes: dict[str, str]) -> None:
+async def create_preemptor(scene: Scene, classes: dict[str, str], gpus: int = 2) -> None:
     manifest = gpu_pod(
         "preemptor",
-        2,
+        gpus,
         scene.namespace,
         priorityClassName=classes["preemptor"],
         nodeSelector={NODE_LABEL: scene.namespace},
@@ -649,6 +649,61 @@ async def victim_deleted(scene: Scene) -> Outcome:
         4,
         audit.violations[fault] + wrong,
         {"eviction_results": results},
+    )
+
+
+async def stale_plan(scene: Scene) -> Outcome:
+    """The room a reclaim plan counts on is taken before its eviction goes out: a 4-GPU node has
+    an idle reclaimable 2-GPU pod and two free GPUs, the preemptor wants all four. When reclaim
+    queries Prometheus, the scheduler's API requests are held in the proxy and another
+    scheduler's pod is bound to the two free GPUs; then the requests go out. Evicting the idle
+    pod now makes no room for the preemptor (`needless_eviction`): the plan must be checked
+    against the cache (whose watches kept flowing) before each eviction."""
+    fault = "stale plan"
+    async with (
+        priority_classes(scene) as classes,
+        ResetProxy(apiserver_address(scene.cluster), seed=scene.seed) as proxy,
+    ):
+        (node,) = await scene.nodes([scene.spec(G2, 1)])
+        await holder_pod(scene, "idle", node, classes["idle-ok"], "constant:util=0", gpus="0,1")
+        await full_window(scene.cluster.prometheus_url or "", scene.namespace, ["idle"])
+        async with FlakyPrometheus(scene.cluster.prometheus_url or "") as prom:
+            taken = asyncio.Event()
+
+            async def take_then_release() -> None:
+                try:
+                    await holder_pod(
+                        scene, "intruder", node, classes["protected"], "constant:util=90", "2,3"
+                    )
+                    await asyncio.sleep(1.0)  # the scheduler's pod watch delivers it meanwhile
+                finally:
+                    proxy.release()
+                    taken.set()
+
+            tasks: list[asyncio.Task[None]] = []
+
+            async def hold_writes() -> None:
+                proxy.hold()
+                tasks.append(asyncio.create_task(take_then_release()))
+
+            prom.on_next_query = hold_writes
+            kubeconfig = proxied_kubeconfig(scene.cluster.kubeconfig, proxy.url, scene.folder)
+            replica = scene.launch("solo", reclaim_config(scene, prom.url), kubeconfig)
+            await synced(replica)
+            audit = scene.audit()
+            await audit.observe()
+            await create_preemptor(scene, classes, gpus=4)
+            await asyncio.wait_for(taken.wait(), 90)
+
+            async def attempts() -> bool:
+                done = [r for r in replica.records() if r.get("event") == "reclaim_skipped"]
+                return len(done) >= 2
+
+            await eventually(attempts, 60, "two more reclaim attempts")
+            await audit.check_evictions(fault)
+            await audit.settle(fault, SETTLE_S)
+    return Outcome(
+        "stale reclaim plan", 1, 3, audit.violations[fault], {"evicted": audit.evicted()}
     )
 
 

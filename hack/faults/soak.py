@@ -39,6 +39,7 @@ FAMILIES = (
     "gone",
     "prometheus",
     "victim",
+    "stale-plan",
     "pdb",
     "node",
 )
@@ -57,6 +58,7 @@ def plan(pods: int, kills: int) -> dict[str, Runner]:
         "gone": lambda s: scenarios.watch_gone(s, share, times=some),
         "prometheus": scenarios.prometheus_faults,
         "victim": scenarios.victim_deleted,
+        "stale-plan": scenarios.stale_plan,
         "pdb": scenarios.pdb_guarded,
         "node": lambda s: scenarios.node_deleted(s, 6),
     }

@@ -88,6 +88,11 @@ async def test_victim_deleted_while_its_eviction_is_in_flight(scene: Scene) -> N
     assert not outcome.violations, clean(outcome)
 
 
+async def test_reclaim_plan_made_stale_before_its_eviction_evicts_nothing(scene: Scene) -> None:
+    outcome = await scenarios.stale_plan(scene)
+    assert not outcome.violations, clean(outcome)
+
+
 async def test_pdb_guarded_victims_are_not_evicted_nor_their_neighbours(scene: Scene) -> None:
     outcome = await scenarios.pdb_guarded(scene)
     assert not outcome.violations, clean(outcome)
