@@ -100,13 +100,14 @@ class Scene:
         """Three 8-GPU and two 4-GPU nodes: 32 GPUs."""
         return await self.nodes([self.spec(G2_EXPANSION, 3), self.spec(G2, 2)])
 
-    def workload(self, max_live: int = 14) -> ChurnWorkload:
+    def workload(self, max_live: int = 14, **overrides: Any) -> ChurnWorkload:
         spec = WorkloadSpec(
             self.namespace,
             self.namespace,
             {NODE_LABEL: self.namespace},
             seed=self.seed,
             max_live=max_live,
+            **overrides,
         )
         return ChurnWorkload(self.core, spec)
 
@@ -779,7 +780,8 @@ async def node_deleted(scene: Scene, pods: int = 6) -> Outcome:
         audit = scene.audit()
         proxy.hold()
         try:
-            await scene.workload().run(pods)
+            # 1- and 2-GPU pods only: all six fit on the two nodes, so every one is placed.
+            await scene.workload(sizes=(1, 2), weights=(0.5, 0.5)).run(pods)
 
             async def placed() -> dict[str, str] | None:
                 found = {
