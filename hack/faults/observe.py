@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 
 from hack.faults.invariants import (
@@ -35,7 +36,7 @@ from hack.faults.invariants import (
 
 Snapshot = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 """(pods, nodes) as the API returned them."""
-API_TROUBLE = (client.ApiException, OSError, asyncio.TimeoutError)
+API_TROUBLE = (client.ApiException, OSError, asyncio.TimeoutError, aiohttp.ClientError)
 
 
 async def _items(response: Any) -> list[dict[str, Any]]:

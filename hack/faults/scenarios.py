@@ -34,7 +34,7 @@ from hack.faults.invariants import (
     pods_on_missing_nodes,
     read_records,
 )
-from hack.faults.observe import Audit
+from hack.faults.observe import API_TROUBLE, Audit
 from hack.faults.processes import SchedulerProcess, scheduler_config
 from hack.faults.proxy import ResetProxy, proxied_kubeconfig
 from hack.faults.workload import ChurnWorkload, WorkloadSpec
@@ -134,11 +134,22 @@ class Scene:
         pods are gone, so the next scene's cluster-wide checks do not see them."""
         self.stop()
         core = self.core
-        await core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
-        await core.delete_collection_node(label_selector=f"{NODE_LABEL}={self.namespace}")
+
+        async def delete() -> bool:
+            try:
+                await core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
+                await core.delete_collection_node(label_selector=f"{NODE_LABEL}={self.namespace}")
+            except API_TROUBLE:  # the API server may still be restarting
+                return False
+            return True
+
+        await eventually(delete, timeout_s, f"the pods of {self.namespace} deleted", interval=1.0)
 
         async def gone() -> bool:
-            pods = await core.list_namespaced_pod(self.namespace)
+            try:
+                pods = await core.list_namespaced_pod(self.namespace)
+            except API_TROUBLE:
+                return False
             return not pods.items
 
         await eventually(gone, timeout_s, f"the pods of {self.namespace} deleted", interval=0.5)

@@ -122,8 +122,11 @@ async def soak(args: argparse.Namespace, work_dir: Path) -> int:
                     traceback.print_exc()
                     rows.append((family, None, f"{type(error).__name__}: {error}"))
                 finally:
-                    await scene.cleanup()
-                    await core.delete_namespace(namespace)
+                    try:
+                        await scene.cleanup()
+                        await core.delete_namespace(namespace)
+                    except Exception as error:  # the next family's checks would be muddied
+                        print(f"[{family}] cleanup failed: {error!r}", flush=True)
                 print(
                     f"[{family}] done in {time.monotonic() - started:.0f} s; logs in {folder}",
                     flush=True,

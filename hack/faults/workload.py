@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import aiohttp
 from kubernetes_asyncio import client
 
 WORKLOAD_LABEL = "faults.gpu-scheduler.io/workload"
@@ -110,7 +111,7 @@ class ChurnWorkload:
                 if error.status in (404, 409):
                     return error.status == 409 and what == "create"
                 self.api_errors += 1
-            except (TimeoutError, OSError):
+            except (TimeoutError, OSError, aiohttp.ClientError):
                 self.api_errors += 1
             await asyncio.sleep(min(0.25 * 2**attempt, 2.0))
         return False
@@ -119,7 +120,7 @@ class ChurnWorkload:
         """Delete one live pod of the stream, a bound one when there is one."""
         try:
             bound = await self._bound()
-        except (TimeoutError, client.ApiException, OSError):
+        except (TimeoutError, client.ApiException, OSError, aiohttp.ClientError):
             self.api_errors += 1
             bound = set()
         candidates = sorted(name for name in self.live if name in bound) or sorted(self.live)
