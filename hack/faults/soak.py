@@ -78,7 +78,11 @@ async def make_namespace(core: client.CoreV1Api, name: str) -> None:
     except TimeoutError:
         print(f"ServiceAccount {name}/default late: created by the soak", flush=True)
         body = {"metadata": {"name": "default"}}
-        await core.create_namespaced_service_account(name, cast(Any, body))
+        try:
+            await core.create_namespaced_service_account(name, cast(Any, body))
+        except client.ApiException as error:
+            if error.status != 409:  # made by the controller meanwhile
+                raise
 
 
 def table(rows: list[tuple[str, Outcome | None, str]]) -> str:
