@@ -16,6 +16,14 @@ async def restart_apiserver(cluster: LocalCluster) -> None:
     await asyncio.to_thread(restart_component, cluster, "kube-apiserver")
 
 
+async def restart_controller_manager(cluster: LocalCluster) -> None:
+    """Restart kube-controller-manager. After etcd is compacted under it, its ServiceAccount
+    controller can stay behind for minutes (new namespaces get no `default` ServiceAccount, so no
+    pod can be created in them); the fault suite restarts it so later tests are not hit. It is
+    not the system under test."""
+    await asyncio.to_thread(restart_component, cluster, "kube-controller-manager")
+
+
 async def compact_etcd(etcd_url: str) -> int:
     """Compact etcd's whole history up to its current revision (through its JSON gateway), so a
     watch from any resourceVersion before it gets 410 Gone. Returns the revision."""

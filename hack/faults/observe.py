@@ -41,6 +41,8 @@ API_TROUBLE = (client.ApiException, OSError, asyncio.TimeoutError, aiohttp.Clien
 
 async def _items(response: Any) -> list[dict[str, Any]]:
     body: dict[str, Any] = json.loads(await response.read())
+    if "items" not in body:  # an error Status: the API server is in trouble
+        raise client.ApiException(status=response.status, reason=str(body)[:200])
     items: list[dict[str, Any]] = body["items"]
     return items
 

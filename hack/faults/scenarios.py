@@ -26,7 +26,11 @@ from urllib.parse import urlsplit
 import aiohttp
 from kubernetes_asyncio import client
 
-from hack.faults.cluster_faults import compact_etcd, restart_apiserver
+from hack.faults.cluster_faults import (
+    compact_etcd,
+    restart_apiserver,
+    restart_controller_manager,
+)
 from hack.faults.fake_prom import FlakyPrometheus, Mode
 from hack.faults.invariants import (
     Violation,
@@ -372,6 +376,7 @@ async def watch_gone(scene: Scene, pods: int, times: int = 1) -> Outcome:
             await asyncio.sleep(3.0)
             await compact_etcd(scene.cluster.etcd_url)
             await restart_apiserver(scene.cluster)
+            await restart_controller_manager(scene.cluster)
 
     violations = await churn_under_fault(audit, scene.workload(), "410 gone", gone, pods)
     relists = sum(1 for r in replica.records() if r.get("event") == "informer_relist")

@@ -99,7 +99,10 @@ class ChurnWorkload:
             label_selector=f"{WORKLOAD_LABEL}={self.spec.prefix}",
             _preload_content=False,
         )
-        items = json.loads(await response.read())["items"]
+        body = json.loads(await response.read())
+        if "items" not in body:  # an error Status: the API server is in trouble
+            raise client.ApiException(status=response.status, reason=str(body)[:200])
+        items = body["items"]
         return {p["metadata"]["name"] for p in items if p["spec"].get("nodeName")}
 
     async def _retrying(self, what: str, call: Any) -> bool:

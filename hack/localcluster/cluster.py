@@ -431,8 +431,16 @@ def restart_component(cluster: LocalCluster, name: str) -> None:
     with the same command line, so on the same port, then wait until it is ready. Supported:
     kube-apiserver, etcd and prometheus (their readiness probes are known here). Raises
     ComponentError when it does not come back, KeyError for an unknown or stopped name."""
+
+    def secure_healthz(component: str) -> bool:
+        argv = next(c.argv for c in cluster.processes.components if c.name == component)
+        port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+        insecure = ssl._create_unverified_context()  # a self-signed serving cert, loopback only
+        return _http_ok(f"https://127.0.0.1:{port}/healthz", insecure)
+
     probes = {
         "kube-apiserver": lambda: _http_ok(f"{cluster.server}/readyz", cluster.tls_context()),
+        "kube-controller-manager": lambda: secure_healthz("kube-controller-manager"),
         "etcd": lambda: _http_ok(f"{cluster.etcd_url}/health"),
         "prometheus": lambda: _http_ok(f"{cluster.prometheus_url}/-/ready"),
     }
