@@ -89,9 +89,10 @@ def table(rows: list[tuple[str, Outcome | None, str]]) -> str:
     """Fixed-width table: fault, injected, pods, violations, what broke."""
     header = f"{'fault':<38} {'injected':>8} {'pods':>6} {'violations':>10}  detail"
     lines = [header, "-" * len(header)]
-    for _, outcome, error in rows:
+    for family, outcome, error in rows:
         if outcome is None:
-            lines.append(f"{'(scenario failed)':<38} {'-':>8} {'-':>6} {'-':>10}  {error[:80]}")
+            failed = f"({family}: scenario failed)"
+            lines.append(f"{failed:<38} {'-':>8} {'-':>6} {'-':>10}  {error[:80]}")
             continue
         kinds = Counter(v.invariant for v in outcome.violations)
         detail = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "-"
