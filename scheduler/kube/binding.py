@@ -6,13 +6,14 @@ GPU indices and NVLink domain the scheduler chose land on the pod atomically wit
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.kube.apierrors import api_call, expect_success
+from scheduler.kube.apierrors import APINotFoundError, api_call, expect_success
 
 CONDITION_TYPE = "PodScheduled"
 UNSCHEDULABLE_REASON = "Unschedulable"
@@ -89,3 +90,23 @@ async def set_unschedulable(
             name, namespace, cast(Any, patch), _preload_content=False, _request_timeout=timeout
         )
     await expect_success(response, what)
+
+
+async def read_binding(
+    core_api: client.CoreV1Api, namespace: str, name: str, timeout: float
+) -> tuple[str, str] | None:
+    """The pod's (UID, spec.nodeName) as the API server has it now ("" when unbound), or None
+    when no pod of that name exists. Used after a Binding whose answer was lost: whether it
+    landed is read back, not guessed. Raises the typed `APIError` on any other failure."""
+    what = f"reading pod {namespace}/{name}"
+    async with api_call(what):
+        response = await core_api.read_namespaced_pod(
+            name, namespace, _preload_content=False, _request_timeout=timeout
+        )
+    try:
+        body = await expect_success(response, what)
+    except APINotFoundError:
+        return None
+    pod = json.loads(body)
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return str(metadata.get("uid") or ""), str(spec.get("nodeName") or "")
