@@ -48,6 +48,9 @@ class Expected:
     priority: int
     obj: int
     initial_queued_at: float
+    queued_at: float
+    """When the pod was added or last requeued; its backoff counts from here."""
+    attempts: int = 0
 
 
 class QueueOrderMachine(RuleBasedStateMachine):
@@ -70,8 +73,10 @@ class QueueOrderMachine(RuleBasedStateMachine):
         else:
             self.queue.add(key, priority, self.version)
         known = self.live.get(key)
-        first_queued = known.initial_queued_at if known is not None else self.clock.now
-        self.live[key] = Expected(priority, self.version, first_queued)
+        if known is None:
+            self.live[key] = Expected(priority, self.version, self.clock.now, self.clock.now)
+        else:
+            known.priority, known.obj = priority, self.version
 
     @rule(key=KEYS, priority=PRIORITIES)
     def add(self, key: str, priority: int) -> None:
@@ -109,6 +114,9 @@ class QueueOrderMachine(RuleBasedStateMachine):
         expected = self.live[pod.key]
         assert (pod.priority, pod.obj) == (expected.priority, expected.obj)
         assert pod.initial_queued_at == expected.initial_queued_at
+        assert pod.queued_at == expected.queued_at
+        expected.attempts += 1
+        assert pod.attempts == expected.attempts
         assert self.queue.where(pod.key) == "in_flight"
         self.popped[pod.key] = pod
 
@@ -117,6 +125,7 @@ class QueueOrderMachine(RuleBasedStateMachine):
     def finish(self, data: st.DataObject, outcome: str) -> None:
         key = data.draw(st.sampled_from(sorted(self.popped)))
         pod = self.popped.pop(key)
+        self.live[key].queued_at = self.clock.now
         if outcome == "unschedulable":
             self.queue.requeue_unschedulable(pod, ["no fit"])
         elif outcome == "backoff":
@@ -142,6 +151,14 @@ class QueueOrderMachine(RuleBasedStateMachine):
         assert all(self.queue.where(key) == "in_flight" for key in self.popped)
         assert len(self.queue) == len(waiting)
         assert sum(self.queue.pools().values()) == len(self.live)
+
+    @invariant()
+    def no_expired_backoff_is_left_waiting(self) -> None:
+        """Every rule that moves the clock flushes backoffQ, so a pod in it has time left."""
+        for key, expected in self.live.items():
+            if self.queue.where(key) == "backoff":
+                backoff = min(2.0 ** (expected.attempts - 1), 10.0)  # 1 s doubling, capped
+                assert expected.queued_at + backoff > self.clock.now, key
 
     def teardown(self) -> None:
         QueueOrderMachine.rebuilds.update(self.queue.heap_rebuilds)
