@@ -164,20 +164,24 @@ def test_defaults_and_settings() -> None:
     assert SchedulingQueue[str](unschedulable_flush=0.5).closed is False
 
 
+NEED_ORDERED_BACKOFF = r"^need 0 < backoff_initial <= backoff_max$"
+
+
 @pytest.mark.parametrize(
-    ("settings", "message"),
+    ("initial", "maximum", "flush", "message"),
     [
-        ({"backoff_initial": 0.0}, r"^need 0 < backoff_initial <= backoff_max$"),
-        (
-            {"backoff_initial": 2.0, "backoff_max": 1.0},
-            r"^need 0 < backoff_initial <= backoff_max$",
-        ),
-        ({"unschedulable_flush": 0.0}, r"^unschedulable_flush must be positive$"),
+        (0.0, 10.0, 60.0, NEED_ORDERED_BACKOFF),
+        (2.0, 1.0, 60.0, NEED_ORDERED_BACKOFF),
+        (1.0, 10.0, 0.0, r"^unschedulable_flush must be positive$"),
     ],
 )
-def test_invalid_settings_name_the_setting(settings: dict[str, float], message: str) -> None:
+def test_invalid_settings_name_the_setting(
+    initial: float, maximum: float, flush: float, message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
-        SchedulingQueue[str](**settings)
+        SchedulingQueue[str](
+            backoff_initial=initial, backoff_max=maximum, unschedulable_flush=flush
+        )
 
 
 async def test_run_sleeps_the_interval_between_flushes() -> None:
@@ -260,3 +264,31 @@ def test_backoff_heap_is_rebuilt_exactly_past_its_slack() -> None:
     clock.advance(0.2)
     assert queue.flush_backoff() == 2
     assert drain(queue) == ["ns/a", "ns/b", "ns/c"]
+
+
+async def test_a_waiting_pop_waits_exactly_until_the_earliest_backoff_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait is computed from the queue's clock, not polled: no backoff, no deadline."""
+    delays: list[float | None] = []
+    real_timeout = asyncio.timeout
+
+    def recording_timeout(delay: float | None) -> asyncio.Timeout:
+        delays.append(delay)
+        return real_timeout(delay)
+
+    monkeypatch.setattr(asyncio, "timeout", recording_timeout)
+    clock = FakeClock()
+    queue = make_queue(clock)
+    first = asyncio.create_task(queue.pop())
+    await asyncio.sleep(0)
+    assert delays == [None]  # nothing in backoffQ: wait for an add
+    queue.add("ns/p", 0, "x")
+    queue.requeue_backoff(await asyncio.wait_for(first, 1))
+    clock.advance(0.75)
+    second = asyncio.create_task(queue.pop())
+    await asyncio.sleep(0)
+    assert delays == [None, 0.25]  # 1 s of backoff, 0.75 s of it gone
+    clock.advance(0.25)
+    queue.flush_backoff()
+    assert (await asyncio.wait_for(second, 1)).attempts == 2
