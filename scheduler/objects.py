@@ -30,6 +30,7 @@ from scheduler.quantity import QuantityError, base_units, cpu_millis
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
 from topology.mig import is_mig_resource, parse_mig_profile
 from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
+from topology.text import clip, quote
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RESOURCES: tuple[str, ...] = ("cpu", "memory", "ephemeral-storage", "pods", GPU_RESOURCE)
@@ -178,32 +179,57 @@ def _map(raw: object, where: str, errors: list[FieldError]) -> Mapping[str, Any]
     return {}
 
 
+def _resources(raw: object, where: str, errors: list[FieldError]) -> dict[str, Any]:
+    """A resource list (`requests`, `limits`, `allocatable`, `overhead`): `_map`, keeping only
+    string keys (others are reported)."""
+    found: dict[str, Any] = {}
+    for name, value in _map(raw, where, errors).items():
+        if isinstance(name, str):
+            found[name] = value
+        else:
+            errors.append(FieldError(where, f"resource name {quote(name)} is not a string"))
+    return found
+
+
 MAX_AMOUNT = 2**62
 """Largest amount of a resource accepted (the arrays are int64 and sums must not overflow)."""
 MAX_NODE_GPUS = 64
 """GPUs per node the topology model accepts (NVLink domains and GPU masks are per GPU)."""
+MAX_NODE_MIG_PROFILES = 32
+"""MIG profiles per node the model accepts (each is a column of the cache's MIG arrays; a GPU
+has at most a handful)."""
 _INTEGER_RE = re.compile(r"^-?[0-9]{1,18}$")
 
 
 def _resource_amount(name: str, value: object, where: str, errors: list[FieldError]) -> int:
+    field = f"{where}.{clip(name)}"
     try:
         amount = cpu_millis(value) if name == "cpu" else base_units(value)  # type: ignore[arg-type]
     except QuantityError as error:
-        errors.append(FieldError(f"{where}.{name}", str(error)))
+        errors.append(FieldError(field, str(error)))
         return 0
     if amount < 0:
-        errors.append(FieldError(f"{where}.{name}", f"must not be negative, got {value!r}"))
+        errors.append(FieldError(field, f"must not be negative, got {quote(value)}"))
         return 0
     if amount > MAX_AMOUNT:
-        errors.append(FieldError(f"{where}.{name}", f"is too large: {value!r}"))
+        errors.append(FieldError(field, f"is too large: {quote(value)}"))
         return 0
     if is_mig_resource(name):
         try:
             parse_mig_profile(name)
         except ValueError as error:
-            errors.append(FieldError(f"{where}.{name}", str(error)))
+            errors.append(FieldError(field, str(error)))
             return 0
     return amount
+
+
+def _overcommit_allowed(name: str) -> bool:
+    """Whether requests of `name` may be below its limit: Kubernetes allows it for its native
+    resources (no domain, or kubernetes.io/) except huge pages; extended resources such as
+    nvidia.com/gpu must have requests equal to limits."""
+    if name.startswith("hugepages-"):
+        return False
+    return "/" not in name or name.startswith("kubernetes.io/")
 
 
 def _container_requests(
@@ -214,14 +240,25 @@ def _container_requests(
         errors.append(FieldError(where, f"must be an object, got {type(container).__name__}"))
         return {}
     resources = _map(container.get("resources"), f"{where}.resources", errors)
-    requests = _map(resources.get("requests"), f"{where}.resources.requests", errors)
-    limits = _map(resources.get("limits"), f"{where}.resources.limits", errors)
+    requests = _resources(resources.get("requests"), f"{where}.resources.requests", errors)
+    limits = _resources(resources.get("limits"), f"{where}.resources.limits", errors)
     amounts: dict[str, int] = {}
     for name, value in limits.items():
         if name not in ("cpu", "memory", "ephemeral-storage") and name not in requests:
             amounts[name] = _resource_amount(name, value, f"{where}.resources.limits", errors)
     for name, value in requests.items():
         amounts[name] = _resource_amount(name, value, f"{where}.resources.requests", errors)
+        if name in limits and not _overcommit_allowed(name):
+            before = len(errors)
+            limit = _resource_amount(name, limits[name], f"{where}.resources.limits", errors)
+            if len(errors) == before and limit != amounts[name]:
+                errors.append(
+                    FieldError(
+                        f"{where}.resources.requests.{clip(name)}",
+                        f"must equal its limit for an extended resource (request "
+                        f"{quote(value)}, limit {quote(limits[name])})",
+                    )
+                )
     return amounts
 
 
@@ -239,11 +276,13 @@ def pod_requests(spec: Mapping[str, Any], errors: list[FieldError]) -> dict[str,
             container, f"spec.initContainers[{index}]", errors
         ).items():
             total[name] = max(total.get(name, 0), amount)
-    for name, value in _map(spec.get("overhead"), "spec.overhead", errors).items():
+    for name, value in _resources(spec.get("overhead"), "spec.overhead", errors).items():
         total[name] = total.get(name, 0) + _resource_amount(name, value, "spec.overhead", errors)
     for name, amount in total.items():
         if amount > MAX_AMOUNT:
-            errors.append(FieldError(f"spec.containers[*].resources.{name}", "total is too large"))
+            errors.append(
+                FieldError(f"spec.containers[*].resources.{clip(name)}", "total is too large")
+            )
             total[name] = 0
     return total
 
@@ -260,7 +299,7 @@ def _requirements(
         values = tuple(str(v) for v in _list(item.get("values")))
         if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
             errors.append(
-                FieldError(f"{where}[{index}].operator", f"unknown operator {operator!r}")
+                FieldError(f"{where}[{index}].operator", f"unknown operator {quote(operator)}")
             )
             continue
         if operator in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER_RE.match(values[0])):
@@ -307,7 +346,7 @@ def _node_affinity(
         item_where = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
         weight = item.get("weight") if isinstance(item, Mapping) else None
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
-            errors.append(FieldError(f"{item_where}.weight", f"must be 1-100, got {weight!r}"))
+            errors.append(FieldError(f"{item_where}.weight", f"must be 1-100, got {quote(weight)}"))
             continue
         preferred.append(
             (
@@ -364,7 +403,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         errors.append(
             FieldError(
                 f"metadata.annotations[{NVLINK_POLICY_ANNOTATION}]",
-                f"must be one of {', '.join(NVLINK_POLICIES)}, got {policy!r}",
+                f"must be one of {', '.join(NVLINK_POLICIES)}, got {quote(policy)}",
             )
         )
         policy = "preferred"
@@ -417,7 +456,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     metadata = _map(obj.get("metadata"), "metadata", errors)
     spec = _map(obj.get("spec"), "spec", errors)
     status = _map(obj.get("status"), "status", errors)
-    allocatable_raw = _map(status.get("allocatable"), "status.allocatable", errors)
+    allocatable_raw = _resources(status.get("allocatable"), "status.allocatable", errors)
     allocatable = np.zeros(len(RESOURCES), dtype=np.int64)
     mig: dict[str, int] = {}
     for name, value in allocatable_raw.items():
@@ -427,7 +466,14 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             )
         elif is_mig_resource(name):
             amount = _resource_amount(name, value, "status.allocatable", errors)
-            if amount:
+            if amount and len(mig) >= MAX_NODE_MIG_PROFILES:
+                errors.append(
+                    FieldError(
+                        f"status.allocatable.{clip(name)}",
+                        f"more than {MAX_NODE_MIG_PROFILES} MIG profiles on one node; left out",
+                    )
+                )
+            elif amount:
                 mig[name] = amount
     annotations = _string_map(metadata.get("annotations"))
     gpu_count = int(allocatable[GPU])
@@ -466,9 +512,23 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
+MAX_ERRORS_TEXT = 1024
+"""Longest text `sorted_errors` returns (an Event note holds at most 1 KiB)."""
+
+
 def sorted_errors(errors: Sequence[FieldError]) -> str:
-    """All errors of an object in one line, for an Event message."""
-    return "; ".join(str(error) for error in errors)
+    """All errors of an object in one line, for an Event message and a log line; at most
+    `MAX_ERRORS_TEXT` characters, ending in "(N more)" when some did not fit."""
+    shown: list[str] = []
+    used = 0
+    for index, error in enumerate(errors):
+        text = clip(str(error), MAX_ERRORS_TEXT - 80)  # the first always fits, with a note
+        if shown and used + len(text) + 2 > MAX_ERRORS_TEXT - 20:
+            shown.append(f"({len(errors) - index} more)")
+            break
+        shown.append(text)
+        used += len(text) + 2
+    return "; ".join(shown)
 
 
 __all__ = [
