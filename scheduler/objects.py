@@ -159,10 +159,21 @@ def _timestamp(raw: object) -> datetime | None:
         return None
 
 
+def _str(raw: object) -> str:
+    """`str(raw)`; for what `str` refuses (an integer of more than 4300 digits), a bounded
+    description of it."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return str(raw)
+    except (ValueError, RecursionError):
+        return quote(raw)
+
+
 def _string_map(raw: object) -> dict[str, str]:
     if not isinstance(raw, Mapping):
         return {}
-    return {str(k): str(v) for k, v in raw.items()}
+    return {_str(k): _str(v) for k, v in raw.items()}
 
 
 def _list(raw: object) -> list[Any]:
@@ -295,8 +306,8 @@ def _requirements(
         if not isinstance(item, Mapping) or "key" not in item or "operator" not in item:
             errors.append(FieldError(f"{where}[{index}]", "needs key and operator"))
             continue
-        operator = str(item["operator"])
-        values = tuple(str(v) for v in _list(item.get("values")))
+        operator = _str(item["operator"])
+        values = tuple(_str(v) for v in _list(item.get("values")))
         if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
             errors.append(
                 FieldError(f"{where}[{index}].operator", f"unknown operator {quote(operator)}")
@@ -307,7 +318,7 @@ def _requirements(
                 FieldError(f"{where}[{index}].values", f"{operator} needs one integer value")
             )
             continue
-        found.append(SelectorRequirement(str(item["key"]), operator, values))
+        found.append(SelectorRequirement(_str(item["key"]), operator, values))
     return tuple(found)
 
 
@@ -368,13 +379,27 @@ def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
             continue
         found.append(
             Toleration(
-                key=str(item.get("key") or ""),
-                operator=str(item.get("operator") or "Equal"),
-                value=str(item.get("value") or ""),
-                effect=str(item.get("effect") or ""),
+                key=_str(item.get("key") or ""),
+                operator=_str(item.get("operator") or "Equal"),
+                value=_str(item.get("value") or ""),
+                effect=_str(item.get("effect") or ""),
             )
         )
     return tuple(found)
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _priority(raw: object, errors: list[FieldError]) -> int:
+    """spec.priority: an int32 (the API's type); 0 when absent or not an integer, and an error
+    when out of range (numpy arrays of priorities must not overflow)."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        return 0
+    if not INT32_MIN <= raw <= INT32_MAX:
+        errors.append(FieldError("spec.priority", f"must be an int32, got {quote(raw)}"))
+        return 0
+    return raw
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
@@ -408,9 +433,9 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         )
         policy = "preferred"
     required, preferred = _node_affinity(spec, errors)
-    priority = spec.get("priority")
-    namespace = str(metadata.get("namespace") or "")
-    name = str(metadata.get("name") or "")
+    priority = _priority(spec.get("priority"), errors)
+    namespace = _str(metadata.get("namespace") or "")
+    name = _str(metadata.get("name") or "")
     scheduled_at = None
     for condition in _list(status.get("conditions")):
         if (
@@ -425,13 +450,13 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         key=f"{namespace}/{name}",
         namespace=namespace,
         name=name,
-        uid=str(metadata.get("uid") or ""),
-        resource_version=str(metadata.get("resourceVersion") or ""),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        node_name=str(spec.get("nodeName") or ""),
-        phase=str(status.get("phase") or "Pending"),
-        priority=priority if isinstance(priority, int) else 0,
-        priority_class=str(spec.get("priorityClassName") or ""),
+        uid=_str(metadata.get("uid") or ""),
+        resource_version=_str(metadata.get("resourceVersion") or ""),
+        scheduler_name=_str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=_str(spec.get("nodeName") or ""),
+        phase=_str(status.get("phase") or "Pending"),
+        priority=priority,
+        priority_class=_str(spec.get("priorityClassName") or ""),
         created=_timestamp(metadata.get("creationTimestamp")),
         terminating=metadata.get("deletionTimestamp") is not None,
         requests=vector,
@@ -496,12 +521,12 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             )
         )
     taints = tuple(
-        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        Taint(_str(t.get("key") or ""), _str(t.get("value") or ""), _str(t.get("effect") or ""))
         for t in _list(spec.get("taints"))
         if isinstance(t, Mapping)
     )
     return NodeInfo(
-        name=str(metadata.get("name") or ""),
+        name=_str(metadata.get("name") or ""),
         allocatable=allocatable,
         mig=mig,
         topology=domains.topology,

@@ -49,10 +49,13 @@ def huge_integers() -> st.SearchStrategy[int]:
 
 
 def json_values(
-    leaf_text: st.SearchStrategy[str] | None = None, huge_ints: bool = True
+    leaf_text: st.SearchStrategy[str] | None = None,
+    huge_ints: bool = True,
+    max_repeat: int = 5000,
 ) -> st.SearchStrategy[Any]:
     """Random JSON-like values: None, bools, ints (`huge_integers` too unless `huge_ints` is
-    False), floats (inf, nan), strings, lists and string-keyed dicts, nested."""
+    False), floats (inf, nan), strings (`huge` ones up to `max_repeat` pieces), lists and
+    string-keyed dicts, nested."""
     text = leaf_text if leaf_text is not None else st.text(max_size=30)
     leaves = st.one_of(
         st.none(),
@@ -62,7 +65,7 @@ def json_values(
         huge_integers() if huge_ints else st.nothing(),
         st.floats(),
         text,
-        huge(st.text(min_size=1, max_size=5)),
+        huge(st.text(min_size=1, max_size=5), max_repeat),
     )
     return st.recursive(
         leaves,
@@ -76,3 +79,169 @@ def json_values(
 
 def bounded(message: object) -> bool:
     return len(str(message)) <= MAX_MESSAGE
+
+
+def _maybe(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly a well-formed value, sometimes anything JSON-like."""
+    return st.one_of(valid, valid, valid, json_values())
+
+
+quantities = st.one_of(
+    st.sampled_from(["0", "1", "2", "8", "500m", "1Gi", "64", "1000000000", "-1", "1e3", "x"]),
+    st.integers(min_value=-2, max_value=2**64),
+    st.text(max_size=12),
+)
+resource_names = st.one_of(
+    st.sampled_from(
+        ["cpu", "memory", "pods", "ephemeral-storage", "nvidia.com/gpu", "nvidia.com/mig-1g.18gb"]
+    ),
+    st.text(max_size=20),
+    huge(st.text(min_size=1, max_size=6)),
+)
+resource_lists = _maybe(st.dictionaries(resource_names, _maybe(quantities), max_size=5))
+annotation_values = st.one_of(
+    st.sampled_from(["0-3,4-7", "0,1", "0-7", "preferred", "required", ""]),
+    st.text(max_size=30),
+    huge(st.text(alphabet="0123456789-, ", min_size=1, max_size=8)),
+)
+annotations = _maybe(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "gpu-scheduler.io/nvlink-domains",
+                "gpu-scheduler.io/gpus",
+                "gpu-scheduler.io/nvlink-policy",
+                "other",
+            ]
+        ),
+        annotation_values,
+        max_size=4,
+    )
+)
+names = _maybe(st.text(alphabet="abcdefgh-0123456789", min_size=1, max_size=12))
+containers = _maybe(
+    st.fixed_dictionaries(
+        {"name": names},
+        optional={
+            "resources": _maybe(
+                st.fixed_dictionaries(
+                    {}, optional={"requests": resource_lists, "limits": resource_lists}
+                )
+            )
+        },
+    )
+)
+requirements = _maybe(
+    st.fixed_dictionaries(
+        {
+            "key": _maybe(st.sampled_from(["kubernetes.io/hostname", "gpu", "zone"])),
+            "operator": _maybe(
+                st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Near"])
+            ),
+        },
+        optional={"values": _maybe(st.lists(st.text(max_size=8), max_size=3))},
+    )
+)
+affinities = _maybe(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "nodeAffinity": _maybe(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "requiredDuringSchedulingIgnoredDuringExecution": _maybe(
+                            st.fixed_dictionaries(
+                                {
+                                    "nodeSelectorTerms": _maybe(
+                                        st.lists(
+                                            _maybe(
+                                                st.fixed_dictionaries(
+                                                    {
+                                                        "matchExpressions": st.lists(
+                                                            requirements, max_size=3
+                                                        )
+                                                    }
+                                                )
+                                            ),
+                                            max_size=2,
+                                        )
+                                    )
+                                }
+                            )
+                        ),
+                        "preferredDuringSchedulingIgnoredDuringExecution": _maybe(
+                            st.lists(
+                                _maybe(
+                                    st.fixed_dictionaries(
+                                        {
+                                            "weight": _maybe(st.integers(0, 101)),
+                                            "preference": _maybe(
+                                                st.fixed_dictionaries(
+                                                    {
+                                                        "matchExpressions": st.lists(
+                                                            requirements, max_size=2
+                                                        )
+                                                    }
+                                                )
+                                            ),
+                                        }
+                                    )
+                                ),
+                                max_size=2,
+                            )
+                        ),
+                    },
+                )
+            )
+        },
+    )
+)
+
+
+def pods() -> st.SearchStrategy[Any]:
+    """Pod-shaped JSON with random, often invalid, fields."""
+    return st.fixed_dictionaries(
+        {
+            "kind": st.just("Pod"),
+            "metadata": _maybe(
+                st.fixed_dictionaries(
+                    {"name": names, "namespace": _maybe(st.just("default"))},
+                    optional={"annotations": annotations, "uid": names},
+                )
+            ),
+            "spec": _maybe(
+                st.fixed_dictionaries(
+                    {"containers": _maybe(st.lists(containers, max_size=4))},
+                    optional={
+                        "initContainers": _maybe(st.lists(containers, max_size=2)),
+                        "overhead": resource_lists,
+                        "schedulerName": _maybe(st.just("gpu-scheduler")),
+                        "nodeName": names,
+                        "priority": json_values(),
+                        "affinity": affinities,
+                        "tolerations": json_values(),
+                        "nodeSelector": json_values(),
+                    },
+                )
+            ),
+        },
+        optional={"status": json_values()},
+    )
+
+
+def nodes() -> st.SearchStrategy[Any]:
+    """Node-shaped JSON with random, often invalid, fields."""
+    return st.fixed_dictionaries(
+        {
+            "kind": st.just("Node"),
+            "metadata": _maybe(
+                st.fixed_dictionaries(
+                    {"name": names},
+                    optional={"annotations": annotations, "labels": json_values()},
+                )
+            ),
+            "status": _maybe(st.fixed_dictionaries({"allocatable": resource_lists})),
+        },
+        optional={"spec": json_values()},
+    )

@@ -93,12 +93,15 @@ def test_fuzz_mig_profile(key: str) -> None:
 
 @FUZZ
 @given(
-    st.lists(st.dictionaries(mig_keys, json_values(), max_size=4), min_size=0, max_size=4),
+    st.lists(
+        st.dictionaries(mig_keys, json_values(max_repeat=100), max_size=4), min_size=0, max_size=4
+    ),
     st.data(),
 )
 def test_fuzz_mig_arrays(capacities: list[dict[str, Any]], data: st.DataObject) -> None:
     requested = [
-        data.draw(st.dictionaries(mig_keys, json_values(), max_size=3)) for _ in capacities
+        data.draw(st.dictionaries(mig_keys, json_values(max_repeat=100), max_size=3))
+        for _ in capacities
     ]
     try:
         arrays = mig_arrays(capacities, requested)

@@ -155,3 +155,20 @@ def test_sorted_errors_is_bounded_and_counts_the_rest() -> None:
 def test_allocatable_arrays_stay_int64() -> None:
     node = parse_node(make_node("n", gpus=8, cpu=str(2**40)))
     assert node.allocatable.dtype == np.int64
+
+
+def test_priority_outside_int32_is_an_error() -> None:
+    for raw in (2**31, -(2**31) - 1, 10**5000):
+        pod = parse_pod(make_pod(priority=raw))
+        assert pod.priority == 0
+        (error,) = pod.errors
+        assert error.field == "spec.priority" and len(error.message) <= BOUND
+    assert parse_pod(make_pod(priority=2**31 - 1)).priority == 2**31 - 1
+    assert parse_pod(make_pod(priority=True)).priority == 0
+
+
+def test_names_of_any_type_become_bounded_strings() -> None:
+    node = parse_node({"metadata": {"name": 10**5000}})
+    assert node.name.startswith("<an integer of") and len(node.name) <= BOUND
+    pod = parse_pod({"metadata": {"name": 7, "namespace": ["a"]}})
+    assert pod.key == "['a']/7"
