@@ -9,7 +9,13 @@ fallback so the daemon can report the error and go on:
   FailedScheduling event) until it is fixed;
 - a node with an unparseable allocatable quantity offers 0 of that resource;
 - a node with a malformed NVLink annotation is modelled with the default layout for its GPU count
-  (see `topology.domains`), and the error is reported on the node.
+  (see `topology.domains`), and the error is reported on the node;
+- a node claiming more than `MAX_NODE_GPUS` GPUs is modelled with none, and says so;
+- a GPU (or other extended-resource) request that differs from its limit is an error, as the API
+  server's validation has it; the pod is not scheduled.
+
+Messages quote offending values cut to `topology.text.MAX_ECHO` characters, and
+`sorted_errors` keeps an object's summary within 1 KiB, whatever the input size.
 
 Resource vectors are int64 arrays in the order of `RESOURCES`: CPU in millicores, the others in
 base units (bytes, pods, GPUs).
