@@ -3,6 +3,7 @@ pods are still bound to the normal nodes."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from kubernetes_asyncio import client
@@ -26,9 +27,14 @@ async def test_billion_gpu_node_and_80kb_annotation_do_not_stop_scheduling(
     events = client.EventsV1Api(core_api.api_client)
 
     async def node_note(node: str) -> str | None:
-        found = await events.list_event_for_all_namespaces(field_selector=f"regarding.name={node}")
-        notes = [e.note for e in found.items if e.reason == "InvalidNodeTopology"]
-        return notes[0] if notes else None
+        # Raw JSON: other components' node events have no eventTime, which the typed model
+        # refuses to deserialize.
+        response = await events.list_event_for_all_namespaces(
+            field_selector=f"regarding.name={node}", _preload_content=False
+        )
+        items = json.loads(await response.read())["items"]
+        notes = [e["note"] for e in items if e.get("reason") == "InvalidNodeTopology"]
+        return str(notes[0]) if notes else None
 
     async with running_daemon(cluster, settings_for(namespace)):
         for name, gpus in (("one", 1), ("four", 4)):  # 5 of the 8 GPUs of the two sane nodes
