@@ -48,8 +48,7 @@ from hack.localcluster.pki import Pki, write_pki
 from hack.localcluster.processes import ProcessGroup
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
-DEFAULT_TRACE = DEFAULT_DATA_DIR / "h200-gpu-trace" / "gpu-util-trace.csv"
+DEFAULT_TRACE = REPO_ROOT / "tests" / "data" / "h200" / "gpu-util-trace.csv"
 
 # kube-controller-manager controllers: namespaces and service accounts (pods need their
 # `default` ServiceAccount), garbage collection, PDB status (disruption), node lifecycle (it removes
