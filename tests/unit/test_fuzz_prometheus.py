@@ -43,7 +43,7 @@ def envelope(result: Any, result_type: Any = "vector", status: Any = "success") 
     return json.dumps({"status": status, "data": {"resultType": result_type, "result": result}})
 
 
-# Huge integers and deep nesting are the xfail tests' (known defects).
+# Huge integers and deep nesting have tests of their own below.
 bodies = st.one_of(
     st.builds(envelope, st.lists(elements, max_size=6)),
     st.builds(envelope, json_values(huge_ints=False), json_values(huge_ints=False)),
@@ -78,11 +78,6 @@ def test_fuzz_prometheus_answer(status: int, text: str) -> None:
     assert set(windows) == set(pods)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reclaim.prometheus echoes Prometheus's own error text whole: a 100 KB 'error' "
-    "field gives a 100 KB PrometheusError (bad_response bodies are cut, this one is not)",
-)
 def test_long_error_text_is_echoed_whole() -> None:
     text = json.dumps({"status": "error", "errorType": "bad_data", "error": "x" * 100_000})
     with pytest.raises(PrometheusError) as caught:
@@ -90,24 +85,12 @@ def test_long_error_text_is_echoed_whole() -> None:
     assert len(str(caught.value)) <= MAX_MESSAGE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="reclaim.prometheus._sample calls float() on a JSON integer: one of 400 digits "
-    "raises OverflowError, which _vector does not turn into a PrometheusError",
-)
 def test_sample_value_too_large_for_a_float() -> None:
     text = envelope([{"metric": {}, "value": [1, 10**400]}])
     with pytest.raises(PrometheusError):
         vector(200, text)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="reclaim.prometheus._json_object catches ValueError only: a deeply nested body "
-    "makes json.loads raise RecursionError instead of a PrometheusError",
-)
 def test_deeply_nested_body() -> None:
     with pytest.raises(PrometheusError):
         vector(200, "[" * 100_000 + "]" * 100_000)
