@@ -28,7 +28,9 @@ def scheduler_config(
     **sections: Any,
 ) -> dict[str, Any]:
     """A config for a fault run: short backoff, and a short Lease (4 s / 3 s / 0.5 s) when
-    leader election is on; `sections` are merged in as camelCase top-level keys."""
+    leader election is on, with a bind timeout (2 s) that fits inside it (a write's timeout
+    must end before the renew deadline); `sections` are merged in as camelCase top-level
+    keys."""
     config: dict[str, Any] = {
         "schedulerName": scheduler_name,
         "metricsAddress": f"127.0.0.1:{free_port()}",
@@ -43,6 +45,8 @@ def scheduler_config(
             "retryPeriodSeconds": 0.5,
         },
     }
+    if leader_election:
+        config["binding"] = {"timeoutSeconds": 2}
     config.update(sections)
     return config
 
