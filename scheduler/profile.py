@@ -7,6 +7,7 @@ from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
 from scheduler.plugins.node_affinity import NodeAffinity
+from scheduler.plugins.node_ports import NodePorts
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
 from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
@@ -23,7 +24,14 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     if scoring.fragmentation_weight > 0:
         extra.append(GpuFragmentation(scoring.fragmentation_weight))
     return Framework(
-        filters=[NodeUnschedulable(), TaintToleration(), affinity, NodeResourcesFit(), nvlink],
+        filters=[
+            NodeUnschedulable(),
+            TaintToleration(),
+            affinity,
+            NodePorts(),
+            NodeResourcesFit(),
+            nvlink,
+        ],
         scores=[nvlink, affinity, *extra],
         seed=settings.scoring.seed,
         narrowers=[nvlink],
