@@ -9,7 +9,10 @@
   cache also while it is assumed, and so does an assumed pod the informer shows finished.
 - `gone(uid, key)` is told of every pod that was bound or deleted, so per-pod bookkeeping
   elsewhere (the scheduler's PodScheduled condition marks) is pruned.
-- Pods pending for this scheduler (our schedulerName, no node, not terminating): queued.
+- Pods pending for this scheduler (our schedulerName, no node, not terminating): queued, unless
+  they have scheduling gates (kube-scheduler's PreEnqueue): a gated pod is taken out of the queue
+  and `gated(pod)` is told (the scheduler sets PodScheduled=False, reason SchedulingGated); the
+  update that removes the last gate queues it in activeQ at once.
 - PriorityClasses and PodDisruptionBudgets have their own stores (reclaim policy, `scheduler.pdb`).
 """
 
@@ -131,11 +134,13 @@ class PodHandler:
         queue: SchedulingQueue[PodInfo],
         scheduler_name: str,
         gone: Callable[[str, str], None] | None = None,
+        gated: Callable[[PodInfo], None] | None = None,
     ) -> None:
         self.cache = cache
         self.queue = queue
         self.scheduler_name = scheduler_name
         self.gone = gone
+        self.gated = gated
 
     def _ours_and_pending(self, pod: PodInfo) -> bool:
         return (
@@ -155,6 +160,12 @@ class PodHandler:
                 self.gone(pod.uid, pod.key)
             if was_counted and not pod.holds_resources:
                 self.queue.move_all_to_active_or_backoff("PodFinished")
+        elif self._ours_and_pending(pod) and pod.scheduling_gates:
+            # PreEnqueue: a gated pod is not queued; removing its last gate is an update that
+            # queues it at once (below).
+            self.queue.delete(pod.key)
+            if self.gated is not None:
+                self.gated(pod)
         elif self._ours_and_pending(pod):
             if pod.key in self.queue:
                 self.queue.update(pod.key, pod.priority, pod)
