@@ -89,3 +89,16 @@ async def test_followers_do_not_write_the_condition() -> None:
     handler.on_add(gated("a"))  # its next event after taking the lead
     await h.settle()
     assert len(h.core.patches) == 1
+
+
+async def test_pod_already_showing_the_gated_condition_is_not_patched() -> None:
+    h, handler = roomy()
+    raw = gated("a")
+    raw["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
+    }
+    handler.on_add(raw)
+    await h.settle()
+    assert h.core.patches == []
+    assert KEY not in h.queue
