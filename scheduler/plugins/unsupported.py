@@ -13,7 +13,8 @@ not empty (`{}`, `[]`, `null` and absent are unused, as the API treats them). Pa
 JSON paths below the pod; `[*]` steps into every item of a list.
 
 This module imports nothing from the scheduler: `scheduler.objects` calls `unsupported_fields`
-while parsing (into `PodInfo.unsupported`), and the cycle calls `unsupported_message`.
+while parsing (into `PodInfo.unsupported`), the cycle calls `unsupported_message` and the
+explain tool `unsupported_reasons`.
 """
 
 from __future__ import annotations
@@ -96,10 +97,12 @@ def unsupported_fields(pod: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
+def unsupported_reasons(paths: tuple[str, ...]) -> list[str]:
+    """One "gpu-scheduler does not support <feature> (<path>)" per path."""
+    features = {row.path: row.feature for row in UNSUPPORTED}
+    return [f"gpu-scheduler does not support {features.get(path, path)} ({path})" for path in paths]
+
+
 def unsupported_message(paths: tuple[str, ...], node_count: int) -> str:
     """The FailedScheduling message for a pod using the fields at `paths` (non-empty)."""
-    features = {row.path: row.feature for row in UNSUPPORTED}
-    parts = [
-        f"gpu-scheduler does not support {features.get(path, path)} ({path})" for path in paths
-    ]
-    return f"0/{node_count} nodes are available: {'; '.join(parts)}."
+    return f"0/{node_count} nodes are available: {'; '.join(unsupported_reasons(paths))}."

@@ -106,3 +106,17 @@ async def test_pod_using_an_unsupported_field_is_unschedulable_not_placed() -> N
     assert h.core.condition_messages() == [message]
     assert h.core.patches[0][2]["status"]["conditions"][0]["reason"] == "Unschedulable"
     assert [(b["reason"], b["note"]) for b in h.events.bodies] == [("FailedScheduling", message)]
+
+
+def test_explain_reports_the_unsupported_field_on_every_node() -> None:
+    from scheduler.config import SchedulerConfig
+    from scheduler.profile import default_framework
+    from scheduler.tools.explain import explain
+
+    nodes = [make_node("a"), make_node("b")]
+    rows = explain(using("spec.resourceClaims"), nodes, default_framework(SchedulerConfig()))
+    reason = "gpu-scheduler does not support dynamic resource allocation (resource claims)"
+    assert [(r["node"], r["feasible"], r["reasons"]) for r in rows] == [
+        ("a", False, [f"{reason} (spec.resourceClaims)"]),
+        ("b", False, [f"{reason} (spec.resourceClaims)"]),
+    ]
