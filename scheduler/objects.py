@@ -18,7 +18,7 @@ base units (bytes, pods, GPUs).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.plugins.unsupported import unsupported_fields
-from scheduler.podfields import HostPort, host_ports, scalar_resources, scheduling_gates
+from scheduler.podfields import HostPort, pod_features
 from scheduler.quantity import QuantityError, base_units, cpu_millis
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
 from topology.mig import is_mig_resource, parse_mig_profile
@@ -374,6 +374,13 @@ def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     return tuple(found)
 
 
+def _reporter(errors: list[FieldError]) -> Callable[[str, str], None]:
+    def report(where: str, message: str) -> None:
+        errors.append(FieldError(where, message))
+
+    return report
+
+
 def _vector_resource(name: str) -> bool:
     """Held in the resource vector or a MIG column (else an extended, scalar resource)."""
     return name in RESOURCES or is_mig_resource(name)
@@ -386,10 +393,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     spec = _map(obj.get("spec"), "spec", errors)
     status = _map(obj.get("status"), "status", errors)
     requests = pod_requests(spec, errors)
-
-    def report(where: str, message: str) -> None:
-        errors.append(FieldError(where, message))
-
+    features = pod_features(spec, requests, _vector_resource, report=_reporter(errors))
     vector = np.array([requests.get(name, 0) for name in RESOURCES], dtype=np.int64)
     vector[PODS] = 1
     mig: dict[str, int] = {}
@@ -451,12 +455,12 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         preferred_terms=preferred,
         labels=_string_map(metadata.get("labels")),
         annotations=annotations,
-        scheduled_at=scheduled_at,
-        scheduling_gates=scheduling_gates(spec, report),
-        host_ports=host_ports(spec, report),
-        scalar=scalar_resources(requests, _vector_resource),
-        unsupported=unsupported_fields(obj),
         errors=tuple(errors),
+        scheduled_at=scheduled_at,
+        scheduling_gates=features.scheduling_gates,
+        host_ports=features.host_ports,
+        scalar=features.scalar,
+        unsupported=unsupported_fields(obj),
     )
 
 

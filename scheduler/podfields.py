@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 BIND_ALL = "0.0.0.0"
 """kube-scheduler's wildcard host IP: an empty hostIP means this, and it overlaps every IP."""
@@ -102,3 +102,23 @@ def scalar_resources(amounts: Mapping[str, int], known: Callable[[str], bool]) -
     """The non-zero amounts of resources the fixed resource vector and the MIG columns do not
     hold (`known(name)` false): extended resources such as example.com/foo, hugepages-*."""
     return {name: amount for name, amount in sorted(amounts.items()) if amount and not known(name)}
+
+
+class PodFeatures(NamedTuple):
+    scheduling_gates: tuple[str, ...]
+    host_ports: tuple[HostPort, ...]
+    scalar: dict[str, int]
+
+
+def pod_features(
+    spec: Mapping[str, Any],
+    requests: Mapping[str, int],
+    known: Callable[[str], bool],
+    report: Report,
+) -> PodFeatures:
+    """Everything this module parses from one pod: gates, host ports, extended requests."""
+    return PodFeatures(
+        scheduling_gates(spec, report),
+        host_ports(spec, report),
+        scalar_resources(requests, known),
+    )
