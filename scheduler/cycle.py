@@ -15,6 +15,11 @@
 
     no node fits: FailedScheduling event + PodScheduled=False (reason Unschedulable) -> the pod
                   waits in the unschedulable pool until a cluster event may have made room
+                  (so does a pod with invalid fields, or one using a field the scheduler does
+                  not implement: `scheduler.plugins.unsupported`)
+
+    gated pod (spec.schedulingGates): never queued (`PodHandler`); `pod_gated` patches
+                  PodScheduled=False, reason SchedulingGated, once per pod
 
 Every failure path gives back what was assumed, so the cache never holds a pod that the API
 server did not bind. The cycle itself is synchronous up to the assume: no other coroutine can
@@ -48,12 +53,21 @@ from scheduler.cache import ClusterCache
 from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.apierrors import APIError, APITransportError
-from scheduler.kube.binding import bind_pod, read_binding, set_unschedulable
+from scheduler.kube.binding import (
+    SCHEDULING_GATED_MESSAGE,
+    SCHEDULING_GATED_REASON,
+    UNSCHEDULABLE_REASON,
+    bind_pod,
+    read_binding,
+    set_unschedulable,
+)
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.kube.fence import NotLeader
 from scheduler.kube.tasks import TaskSet
 from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
+from scheduler.plugins.unsupported import NAME as UNSUPPORTED
+from scheduler.plugins.unsupported import unsupported_message
 from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
 
@@ -217,6 +231,10 @@ class Scheduler:
             self._unschedulable(queued, message, ("PodSpec",))
             return
         snapshot = Snapshot(self.cache)
+        if pod.unsupported:
+            message = unsupported_message(pod.unsupported, snapshot.node_count)
+            self._unschedulable(queued, message, (UNSUPPORTED,))
+            return
         too_big = larger_than_any_node(pod, snapshot)
         if too_big:
             self._unschedulable(queued, too_big, ("NodeResourcesFit",))
@@ -270,20 +288,41 @@ class Scheduler:
         self.queue.requeue_unschedulable(queued, (message,), plugins)
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", message)
+        self._mark_condition(pod, message, UNSCHEDULABLE_REASON)
+
+    def pod_gated(self, pod: PodInfo) -> None:
+        """PreEnqueue rejected `pod` (scheduling gates left): patch PodScheduled=False, reason
+        SchedulingGated, as kube-scheduler does; once per pod, not per watch event. Only the
+        leader writes; a pod seen while not leading is marked on its next event."""
+        if self.is_leader():
+            self._mark_condition(pod, SCHEDULING_GATED_MESSAGE, SCHEDULING_GATED_REASON)
+
+    def _mark_condition(self, pod: PodInfo, message: str, reason: str) -> None:
+        """Start the condition patch unless this message was already patched for the pod."""
         mark = pod.uid or pod.key
         if self._condition_messages.get(mark) != message:
             self._condition_messages[mark] = message
             self._condition_messages.move_to_end(mark)
             while len(self._condition_messages) > MAX_CONDITION_MARKS:
                 self._condition_messages.popitem(last=False)
-            self._tasks.spawn(self._set_condition(pod, message), name=f"condition:{pod.key}")
+            self._tasks.spawn(
+                self._set_condition(pod, message, reason), name=f"condition:{pod.key}"
+            )
 
-    async def _set_condition(self, pod: PodInfo, message: str) -> None:
+    async def _set_condition(
+        self, pod: PodInfo, message: str, reason: str = UNSCHEDULABLE_REASON
+    ) -> None:
         """Patch PodScheduled=False; on failure take the mark back so the next cycle retries."""
         mark = pod.uid or pod.key
         try:
             await set_unschedulable(
-                self.core, pod.namespace, pod.name, message, self.bind_timeout, pod.uid
+                self.core,
+                pod.namespace,
+                pod.name,
+                message,
+                self.bind_timeout,
+                pod.uid,
+                reason=reason,
             )
         except BaseException as error:
             if self._condition_messages.get(mark) == message:

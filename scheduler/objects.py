@@ -24,14 +24,16 @@ base units (bytes, pods, GPUs).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.plugins.unsupported import unsupported_fields
+from scheduler.podfields import HostPort, pod_features
 from scheduler.quantity import QuantityError, base_units, cpu_millis
 from scheduler.spread import SpreadConstraint, parse_spread_constraints
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
@@ -130,6 +132,14 @@ class PodInfo:
     server sets it on binding), else status.startTime; None while pending."""
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     """spec.topologySpreadConstraints, matchLabelKeys merged (see `scheduler.spread`)."""
+    scheduling_gates: tuple[str, ...] = ()
+    """Names of spec.schedulingGates: while any is left the pod is not queued (PreEnqueue)."""
+    host_ports: tuple[HostPort, ...] = ()
+    """Host ports its containers and sidecars bind (NodePorts), sorted, without duplicates."""
+    scalar: Mapping[str, int] = field(default_factory=dict)
+    """Extended resources requested beyond `requests` and `mig` (example.com/foo, hugepages-*)."""
+    unsupported: tuple[str, ...] = ()
+    """Paths of fields it uses that the scheduler does not implement (plugins.unsupported)."""
 
     @property
     def bound(self) -> bool:
@@ -157,6 +167,8 @@ class NodeInfo:
     taints: tuple[Taint, ...]
     unschedulable: bool
     errors: tuple[FieldError, ...] = ()
+    scalar: Mapping[str, int] = field(default_factory=dict)
+    """Allocatable extended resources beyond `allocatable` and `mig` (example.com/foo)."""
 
 
 def _timestamp(raw: object) -> datetime | None:
@@ -211,6 +223,8 @@ def _resources(raw: object, where: str, errors: list[FieldError]) -> dict[str, A
     return found
 
 
+POD_LEVEL_RESOURCES = ("cpu", "memory")
+"""Resources a pod-level `spec.resources.requests` overrides (kube's supported pod-level ones)."""
 MAX_AMOUNT = 2**62
 """Largest amount of a resource accepted (the arrays are int64 and sums must not overflow)."""
 MAX_NODE_GPUS = 64
@@ -283,19 +297,41 @@ def _container_requests(
 
 
 def pod_requests(spec: Mapping[str, Any], errors: list[FieldError]) -> dict[str, int]:
-    """kube-scheduler's effective request: the sum over containers, at least the largest init
-    container's request for each resource, plus pod overhead."""
+    """kube-scheduler's effective request (resourcehelper.PodRequests): the sum over containers
+    and sidecar init containers, at least each init container's request plus the sidecars
+    started before it, replaced by the pod-level request (`spec.resources.requests`) for cpu and
+    memory when set, plus pod overhead."""
     total: dict[str, int] = {}
     for index, container in enumerate(_list(spec.get("containers"))):
         for name, amount in _container_requests(
             container, f"spec.containers[{index}]", errors
         ).items():
             total[name] = total.get(name, 0) + amount
+    # Init containers run one after another, each beside the sidecars started before it;
+    # sidecars (restartPolicy Always) keep running, so they also add to the containers' sum.
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
     for index, container in enumerate(_list(spec.get("initContainers"))):
-        for name, amount in _container_requests(
-            container, f"spec.initContainers[{index}]", errors
-        ).items():
-            total[name] = max(total.get(name, 0), amount)
+        amounts = _container_requests(container, f"spec.initContainers[{index}]", errors)
+        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
+            for name, amount in amounts.items():
+                sidecars[name] = sidecars.get(name, 0) + amount
+                total[name] = total.get(name, 0) + amount
+            running = dict(sidecars)
+        else:
+            running = {n: amounts.get(n, 0) + sidecars.get(n, 0) for n in {*amounts, *sidecars}}
+        for name, amount in running.items():
+            init_peak[name] = max(init_peak.get(name, 0), amount)
+    for name, amount in init_peak.items():
+        total[name] = max(total.get(name, 0), amount)
+    pod_level = _map(
+        _map(spec.get("resources"), "spec.resources", errors).get("requests"),
+        "spec.resources.requests",
+        errors,
+    )
+    for name in POD_LEVEL_RESOURCES:
+        if name in pod_level:
+            total[name] = _resource_amount(name, pod_level[name], "spec.resources.requests", errors)
     for name, value in _resources(spec.get("overhead"), "spec.overhead", errors).items():
         total[name] = total.get(name, 0) + _resource_amount(name, value, "spec.overhead", errors)
     for name, amount in total.items():
@@ -411,6 +447,18 @@ def _priority(raw: object, errors: list[FieldError]) -> int:
     return raw
 
 
+def _reporter(errors: list[FieldError]) -> Callable[[str, str], None]:
+    def report(where: str, message: str) -> None:
+        errors.append(FieldError(where, message))
+
+    return report
+
+
+def _vector_resource(name: str) -> bool:
+    """Held in the resource vector or a MIG column (else an extended, scalar resource)."""
+    return name in RESOURCES or is_mig_resource(name)
+
+
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     """A PodInfo from a Pod's JSON. Never raises; problems land in `errors`."""
     errors: list[FieldError] = []
@@ -418,6 +466,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     spec = _map(obj.get("spec"), "spec", errors)
     status = _map(obj.get("status"), "status", errors)
     requests = pod_requests(spec, errors)
+    features = pod_features(spec, requests, _vector_resource, report=_reporter(errors))
     vector = np.array([requests.get(name, 0) for name in RESOURCES], dtype=np.int64)
     vector[PODS] = 1
     mig: dict[str, int] = {}
@@ -483,6 +532,10 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         errors=tuple(errors),
         scheduled_at=scheduled_at,
         spread_constraints=spread,
+        scheduling_gates=features.scheduling_gates,
+        host_ports=features.host_ports,
+        scalar=features.scalar,
+        unsupported=unsupported_fields(obj),
     )
 
 
@@ -495,8 +548,13 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     allocatable_raw = _resources(status.get("allocatable"), "status.allocatable", errors)
     allocatable = np.zeros(len(RESOURCES), dtype=np.int64)
     mig: dict[str, int] = {}
+    scalar: dict[str, int] = {}
     for name, value in allocatable_raw.items():
-        if name in RESOURCES:
+        if not _vector_resource(name):
+            amount = _resource_amount(name, value, "status.allocatable", errors)
+            if amount:
+                scalar[name] = amount
+        elif name in RESOURCES:
             allocatable[RESOURCES.index(name)] = _resource_amount(
                 name, value, "status.allocatable", errors
             )
@@ -545,6 +603,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         errors=tuple(errors),
+        scalar=scalar,
     )
 
 

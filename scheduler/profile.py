@@ -7,6 +7,7 @@ from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
 from scheduler.plugins.node_affinity import NodeAffinity
+from scheduler.plugins.node_ports import NodePorts
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
 from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
@@ -29,6 +30,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             NodeUnschedulable(),
             TaintToleration(),
             affinity,
+            NodePorts(),
             NodeResourcesFit(),
             nvlink,
             spread,

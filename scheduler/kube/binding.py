@@ -17,6 +17,8 @@ from scheduler.kube.apierrors import APINotFoundError, api_call, expect_success
 
 CONDITION_TYPE = "PodScheduled"
 UNSCHEDULABLE_REASON = "Unschedulable"
+SCHEDULING_GATED_REASON = "SchedulingGated"
+SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 
 async def bind_pod(
@@ -61,12 +63,13 @@ async def set_unschedulable(
     message: str,
     timeout: float = 30.0,
     uid: str = "",
+    reason: str = UNSCHEDULABLE_REASON,
 ) -> None:
-    """Set PodScheduled=False, reason Unschedulable, with the FitError message (what
-    cluster-autoscaler and Karpenter look for). Raises the typed `APIError` on any failure
-    (an HTTP error answer included). With `uid`, the patch applies only to that pod: for a pod
-    re-created under the same name the API server refuses it (422: metadata.uid is
-    immutable) instead of marking the new pod with its predecessor's message."""
+    """Set PodScheduled=False, reason Unschedulable (or `reason`, e.g. SchedulingGated), with
+    the FitError message (what cluster-autoscaler and Karpenter look for). Raises the typed
+    `APIError` on any failure (an HTTP error answer included). With `uid`, the patch applies
+    only to that pod: for a pod re-created under the same name the API server refuses it (422:
+    metadata.uid is immutable) instead of marking the new pod with its predecessor's message."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     patch: dict[str, Any] = {
         "status": {
@@ -74,7 +77,7 @@ async def set_unschedulable(
                 {
                     "type": CONDITION_TYPE,
                     "status": "False",
-                    "reason": UNSCHEDULABLE_REASON,
+                    "reason": reason,
                     "message": message,
                     "lastTransitionTime": now,
                     "lastProbeTime": None,

@@ -34,6 +34,7 @@ from scheduler.objects import parse_node, parse_pod
 from scheduler.plugins.node_affinity import NAME as AFFINITY
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.nvlink import NVLink
+from scheduler.plugins.unsupported import unsupported_reasons
 
 COMPONENTS = ("base", "domain_integrity", "node_matching", "domain_completion", "efficiency")
 JsonObject = dict[str, Any]
@@ -98,6 +99,10 @@ def explain(
     if pod.errors:
         for item in rows:
             item["reasons"] = [f"pod has invalid fields: {e}" for e in pod.errors]
+            item["feasible"] = False
+    elif pod.unsupported:  # the cycle does not place it either: say why, on every node
+        for item in rows:
+            item["reasons"] = unsupported_reasons(pod.unsupported)
             item["feasible"] = False
     return rows
 

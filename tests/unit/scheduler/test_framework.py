@@ -253,6 +253,7 @@ def test_daemon_profile_plugins() -> None:
         "NodeUnschedulable",
         "TaintToleration",
         "NodeAffinity",
+        "NodePorts",
         "NodeResourcesFit",
         "NVLink",
         "PodTopologySpread",
