@@ -528,7 +528,7 @@ def window_from_samples(
         if floor_lookback_s is not None:
             lookback &= times > end_s - floor_lookback_s
         floor = float(np.min(power[lookback])) if lookback.any() else None
-    energy_n, increase, span, energy_peak = 0, None, None, None
+    increase, span, energy_peak = None, None, None
     energy_t, energy = select(array(energy_mj))
     energy_n = int(energy.size)
     if energy_n >= MIN_ENERGY_SAMPLES:
