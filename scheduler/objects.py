@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,9 @@ from scheduler.quantity import QuantityError, base_units, cpu_millis
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
 from topology.mig import is_mig_resource, parse_mig_profile
 from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
+
+if TYPE_CHECKING:
+    from scheduler.pod_affinity import PodAffinity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RESOURCES: tuple[str, ...] = ("cpu", "memory", "ephemeral-storage", "pods", GPU_RESOURCE)
@@ -120,6 +123,8 @@ class PodInfo:
     scheduled_at: datetime | None = None
     """When the pod was bound: its PodScheduled=True condition's lastTransitionTime (the API
     server sets it on binding), else status.startTime; None while pending."""
+    pod_affinity: PodAffinity | None = None
+    """spec.affinity.podAffinity / podAntiAffinity terms; None when it has none."""
 
     @property
     def bound(self) -> bool:
@@ -369,6 +374,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         )
         policy = "preferred"
     required, preferred = _node_affinity(spec, errors)
+    pod_affinity = _pod_affinity(spec, metadata, errors)
     priority = spec.get("priority")
     namespace = str(metadata.get("namespace") or "")
     name = str(metadata.get("name") or "")
@@ -408,6 +414,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         annotations=annotations,
         errors=tuple(errors),
         scheduled_at=scheduled_at,
+        pod_affinity=pod_affinity,
     )
 
 
@@ -469,6 +476,17 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
 def sorted_errors(errors: Sequence[FieldError]) -> str:
     """All errors of an object in one line, for an Event message."""
     return "; ".join(str(error) for error in errors)
+
+
+def _pod_affinity(
+    spec: Mapping[str, Any], metadata: Mapping[str, Any], errors: list[FieldError]
+) -> PodAffinity | None:
+    """Pod (anti-)affinity terms, parsed by `scheduler.pod_affinity` (imported here: it builds
+    on this module's records)."""
+    from scheduler.pod_affinity import parse_pod_affinity
+
+    namespace = str(metadata.get("namespace") or "")
+    return parse_pod_affinity(spec, namespace, _string_map(metadata.get("labels")), errors)
 
 
 __all__ = [

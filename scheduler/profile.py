@@ -6,6 +6,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
+from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
@@ -19,12 +20,20 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
+    pod_affinity = InterPodAffinity(weight=scoring.preferred_affinity_weight)
     extra: list[ScorePlugin] = []
     if scoring.fragmentation_weight > 0:
         extra.append(GpuFragmentation(scoring.fragmentation_weight))
     return Framework(
-        filters=[NodeUnschedulable(), TaintToleration(), affinity, NodeResourcesFit(), nvlink],
-        scores=[nvlink, affinity, *extra],
+        filters=[
+            NodeUnschedulable(),
+            TaintToleration(),
+            affinity,
+            NodeResourcesFit(),
+            nvlink,
+            pod_affinity,
+        ],
+        scores=[nvlink, affinity, pod_affinity, *extra],
         seed=settings.scoring.seed,
         narrowers=[nvlink],
     )

@@ -255,8 +255,14 @@ def test_daemon_profile_plugins() -> None:
         "NodeAffinity",
         "NodeResourcesFit",
         "NVLink",
+        "InterPodAffinity",
     ]
-    assert [p.name for p in framework.scores] == ["NVLink", "NodeAffinity", "GpuFragmentation"]
+    assert [p.name for p in framework.scores] == [
+        "NVLink",
+        "NodeAffinity",
+        "InterPodAffinity",
+        "GpuFragmentation",
+    ]
 
 
 def test_worked_example_one_gpu_pod_goes_to_the_half_used_small_node() -> None:
