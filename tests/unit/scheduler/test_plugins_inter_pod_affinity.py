@@ -12,6 +12,7 @@ import pytest
 from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
+from scheduler.namespaces import NAMESPACE_EVENT, NamespaceLabels
 from scheduler.objects import PodInfo, parse_pod
 from scheduler.plugins.inter_pod_affinity import (
     AFFINITY_REASON,
@@ -477,3 +478,41 @@ def test_default_namespace_is_the_pods_own() -> None:
     (parsed,) = pod.pod_affinity.required_anti_affinity
     assert parsed.namespaces == frozenset({"team"})
     assert parsed.namespace_selector is None
+
+
+# -- namespace labels ----------------------------------------------------------------------------
+
+
+class _Queue:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def move_all_to_active_or_backoff(self, event: str) -> int:
+        self.events.append(event)
+        return 0
+
+
+def namespace(name: str, labels: Mapping[str, str] | None = None) -> Json:
+    metadata: Json = {"name": name}
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def test_namespace_labels_follow_the_informer_and_steer_the_selector() -> None:
+    cache = cluster(*zone_nodes(), pods=[labelled_pod("db", DB, node="n3", namespace="team-x")])
+    queue = _Queue()
+    store = NamespaceLabels(cache, queue)
+    term = pod_term(ZONE, DB, namespace_selector={"matchLabels": {"team": "x"}})
+    pod = parse_pod(labelled_pod("in", affinity=pod_affinity(required=[term])))
+    store.on_add(namespace("team-x", {"team": "y"}))
+    assert feasible(cache, pod) == []
+    store.on_update(namespace("team-x", {"team": "y"}), namespace("team-x", {"team": "x"}))
+    assert cache.namespace_labels == {"team-x": {"team": "x"}}
+    assert feasible(cache, pod) == ["n3"]
+    store.on_update(namespace("team-x", {"team": "x"}), namespace("team-x", {"team": "x"}))
+    store.on_delete(namespace("team-x", {"team": "x"}))
+    assert cache.namespace_labels == {}
+    assert queue.events == [NAMESPACE_EVENT] * 3
+    store.on_add({"metadata": "not an object"})
+    assert cache.namespace_labels == {}
