@@ -1,0 +1,125 @@
+"""Pod affinity and anti-affinity against the real local control plane."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from hack.localcluster import G2, LocalCluster
+from tests.kube import eventually
+from tests.scheduling import (
+    isolated,
+    make_nodes,
+    our_pod,
+    pod_json,
+    running_daemon,
+    settings_for,
+    wait_bound,
+)
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def with_affinity(
+    pod: dict[str, Any], kind: str, key: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    """`pod` with one required `kind` (podAffinity / podAntiAffinity) term on `key`."""
+    term = {"topologyKey": key, "labelSelector": {"matchLabels": labels}}
+    pod["spec"]["affinity"] = {kind: {REQUIRED: [term]}}
+    return pod
+
+
+async def unschedulable_message(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    async def message() -> str | None:
+        pod = await pod_json(core, namespace, name)
+        for condition in pod.get("status", {}).get("conditions") or []:
+            if condition["type"] == "PodScheduled" and condition["status"] == "False":
+                return str(condition.get("message") or "") or None
+        return None
+
+    return await eventually(message, what=f"{namespace}/{name} reported unschedulable")
+
+
+async def test_required_anti_affinity_on_hostname_spreads_one_pod_per_node(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    nodes = await make_nodes(core_api, [isolated(G2, namespace, count=3)])
+    spread = {"app": "spread"}
+    for i in range(4):
+        pod = our_pod(namespace, f"spread-{i}", 1, labels=spread)
+        await core_api.create_namespaced_pod(
+            namespace, with_affinity(pod, "podAntiAffinity", HOST, spread)
+        )
+    async with running_daemon(cluster, settings_for(namespace)):
+        await eventually(lambda: _placed(core_api, namespace, 3), what="3 pods bound")
+        pending = [
+            name
+            for name, node in (await _placed_by_name(core_api, namespace)).items()
+            if node is None
+        ]
+        assert len(pending) == 1
+        message = await unschedulable_message(core_api, namespace, pending[0])
+        placed = [node for node in (await _placed_by_name(core_api, namespace)).values() if node]
+    assert sorted(placed) == sorted(nodes)
+    assert "3 node(s) didn't match pod anti-affinity rules" in message
+
+
+async def _placed_by_name(core: client.CoreV1Api, namespace: str) -> dict[str, str | None]:
+    pods = await core.list_namespaced_pod(namespace)
+    return {pod.metadata.name: pod.spec.node_name for pod in pods.items}
+
+
+async def _placed(core: client.CoreV1Api, namespace: str, count: int) -> bool:
+    return sum(1 for node in (await _placed_by_name(core, namespace)).values() if node) >= count
+
+
+async def test_required_zone_affinity_follows_the_labelled_pod(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    zone_a = isolated(replace(G2, type_name="za", labels={ZONE: "a"}), namespace, count=2)
+    zone_b = isolated(replace(G2, type_name="zb", labels={ZONE: "b"}), namespace, count=2)
+    nodes_a = await make_nodes(core_api, [zone_a])
+    nodes_b = await make_nodes(core_api, [zone_b])
+    anchor = our_pod(namespace, "anchor", 1, labels={"app": "db"}, node_selector={ZONE: "b"})
+    await core_api.create_namespaced_pod(namespace, anchor)
+    async with running_daemon(cluster, settings_for(namespace)):
+        assert (await wait_bound(core_api, namespace, "anchor"))["spec"]["nodeName"] in nodes_b
+        for i in range(4):
+            pod = our_pod(namespace, f"follower-{i}", 1)
+            await core_api.create_namespaced_pod(
+                namespace, with_affinity(pod, "podAffinity", ZONE, {"app": "db"})
+            )
+        followers = [
+            (await wait_bound(core_api, namespace, f"follower-{i}"))["spec"]["nodeName"]
+            for i in range(4)
+        ]
+    assert set(followers) <= set(nodes_b), (followers, nodes_a)
+
+
+async def test_existing_pods_anti_affinity_keeps_a_newcomer_off_its_node(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    first, second = await make_nodes(core_api, [isolated(G2, namespace, count=2)])
+    loner = our_pod(namespace, "loner", 1, node_selector={HOST: first})
+    await core_api.create_namespaced_pod(
+        namespace, with_affinity(loner, "podAntiAffinity", HOST, {"app": "web"})
+    )
+    async with running_daemon(cluster, settings_for(namespace)):
+        assert (await wait_bound(core_api, namespace, "loner"))["spec"]["nodeName"] == first
+        for i in range(3):
+            await core_api.create_namespaced_pod(
+                namespace, our_pod(namespace, f"web-{i}", 1, labels={"app": "web"})
+            )
+        webs = [
+            (await wait_bound(core_api, namespace, f"web-{i}"))["spec"]["nodeName"]
+            for i in range(3)
+        ]
+        pinned = our_pod(namespace, "pinned", 1, labels={"app": "web"}, node_selector={HOST: first})
+        await core_api.create_namespaced_pod(namespace, pinned)
+        message = await unschedulable_message(core_api, namespace, "pinned")
+    assert webs == [second] * 3
+    assert "1 node(s) didn't satisfy existing pods anti-affinity rules" in message
