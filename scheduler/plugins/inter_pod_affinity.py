@@ -56,25 +56,41 @@ Domains = dict[str, set[int]]
 """Topology key -> label codes (of the cache's column for that key) holding a matching pod."""
 
 
+class _Rows:
+    """Node rows of matching pods collected per topology key, turned into domains at the end
+    with one array operation per key."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[int]] = {}
+
+    def add(self, key: str, row: int) -> None:
+        self.rows.setdefault(key, []).append(row)
+
+    def domains(self, snapshot: Snapshot) -> Domains:
+        found: Domains = {}
+        for key, rows in self.rows.items():
+            codes = snapshot.label(key).codes[np.asarray(rows, dtype=np.intp)]  # (matches,)
+            present = codes[codes >= 0]  # present: (matches in a domain,)
+            if present.size:
+                found[key] = set(np.unique(present).tolist())
+        return found
+
+
 def _others(
     snapshot: Snapshot, pod: PodInfo, keys: Iterable[str]
 ) -> Iterator[tuple[PodState, int]]:
     """The counted pods among `keys` on known nodes, with their node row; never `pod` itself."""
     cache = snapshot.cache
     own = (pod.key, RESERVATION_PREFIX + pod.key)
+    pods = cache.pods
+    row_of = cache.row_of
     for key in keys:
-        state = cache.pods.get(key)
+        state = pods.get(key)
         if state is None or key in own:
             continue
-        row = cache.row_of.get(state.node)
+        row = row_of.get(state.node)
         if row is not None:
             yield state, row
-
-
-def _add(domains: Domains, snapshot: Snapshot, key: str, row: int) -> None:
-    code = int(snapshot.label(key).codes[row])
-    if code >= 0:
-        domains.setdefault(key, set()).add(code)
 
 
 def _in_domains(snapshot: Snapshot, key: str, domains: Domains) -> BoolArray:
@@ -96,14 +112,14 @@ def _any_domain(snapshot: Snapshot, domains: Domains) -> BoolArray:
 def existing_anti_affinity_domains(snapshot: Snapshot, pod: PodInfo) -> Domains:
     """Domains barred to `pod` by existing pods' required anti-affinity terms that match it."""
     cache = snapshot.cache
-    barred: Domains = {}
+    barred = _Rows()
     for state, row in _others(snapshot, pod, cache.with_required_anti_affinity):
         affinity = state.info.pod_affinity
         assert affinity is not None
         for term in affinity.required_anti_affinity:
             if term.matches(pod.namespace, pod.labels, cache.namespace_labels):
-                _add(barred, snapshot, term.topology_key, row)
-    return barred
+                barred.add(term.topology_key, row)
+    return barred.domains(snapshot)
 
 
 def _matches_all(
@@ -123,17 +139,19 @@ def _required_domains(snapshot: Snapshot, pod: PodInfo) -> tuple[Domains, Domain
     assert affinity is not None
     cache = snapshot.cache
     labels = cache.namespace_labels
-    wanted: Domains = {}
-    barred: Domains = {}
+    required = affinity.required_affinity
+    anti = affinity.required_anti_affinity
+    wanted = _Rows()
+    barred = _Rows()
     for state, row in _others(snapshot, pod, list(cache.pods)):
         other = state.info
-        if _matches_all(affinity.required_affinity, other, labels):
-            for term in affinity.required_affinity:
-                _add(wanted, snapshot, term.topology_key, row)
-        for term in affinity.required_anti_affinity:
+        if required and _matches_all(required, other, labels):
+            for term in required:
+                wanted.add(term.topology_key, row)
+        for term in anti:
             if term.matches(other.namespace, other.labels, labels):
-                _add(barred, snapshot, term.topology_key, row)
-    return wanted, barred
+                barred.add(term.topology_key, row)
+    return wanted.domains(snapshot), barred.domains(snapshot)
 
 
 def _required_rejections(
@@ -202,13 +220,12 @@ class InterPodAffinity:
         if not own_preferred and not cache.with_pod_affinity:
             return None
         labels = cache.namespace_labels
-        weights: dict[str, dict[int, float]] = {}  # key -> code -> summed weight
+        rows: dict[str, list[int]] = {}  # topology key -> node rows of the weighted matches
+        weights: dict[str, list[float]] = {}  # topology key -> the weights, in step
 
         def add(key: str, row: int, weight: float) -> None:
-            code = int(snapshot.label(key).codes[row])
-            if code >= 0:
-                per_code = weights.setdefault(key, {})
-                per_code[code] = per_code.get(code, 0.0) + weight
+            rows.setdefault(key, []).append(row)
+            weights.setdefault(key, []).append(weight)
 
         keys = list(cache.pods) if own_preferred else list(cache.with_pod_affinity)
         for other_state, row in _others(snapshot, pod, keys):
@@ -232,15 +249,23 @@ class InterPodAffinity:
             for weight, term in theirs.preferred_anti_affinity:
                 if term.matches(pod.namespace, pod.labels, labels):
                     add(term.topology_key, row, -weight)
-        if not weights:
-            return None
         points = np.zeros(snapshot.rows, dtype=np.float64)  # points: (rows,)
-        for key, per_code in weights.items():
+        touched = False
+        for key, key_rows in rows.items():
             column = snapshot.label(key)
-            table = np.zeros(len(column.values) + 1, dtype=np.float64)  # table: (values + 1,)
-            for code, summed in per_code.items():
-                table[code] = summed
+            codes = column.codes[np.asarray(key_rows, dtype=np.intp)]  # codes: (matches,)
+            present = codes >= 0  # present: (matches,)
+            if not present.any():
+                continue
+            touched = True
+            table = np.bincount(  # table: (values + 1,) summed weight per domain; last: none
+                codes[present],
+                weights=np.asarray(weights[key], dtype=np.float64)[present],
+                minlength=len(column.values) + 1,
+            )
             points += table[column.codes]  # code -1 (no label) reads the last entry, 0
+        if not touched:
+            return None
         if not feasible.any():
             return np.zeros(snapshot.rows, dtype=np.float64)
         low, high = points[feasible].min(), points[feasible].max()
