@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import random
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
-from tests.kube import eventually
+from scheduler.cache import ClusterCache
+from scheduler.framework.interface import CycleState
+from scheduler.framework.runtime import Framework
+from scheduler.framework.snapshot import Snapshot
+from scheduler.objects import parse_node, parse_pod
+from scheduler.plugins.inter_pod_affinity import InterPodAffinity
+from scheduler.plugins.node_affinity import NodeAffinity
+from tests.kube import bind, eventually, gpu_pod
 from tests.scheduling import (
+    TEST_LABEL,
     isolated,
     make_nodes,
     our_pod,
@@ -123,3 +134,98 @@ async def test_existing_pods_anti_affinity_keeps_a_newcomer_off_its_node(
         message = await unschedulable_message(core_api, namespace, "pinned")
     assert webs == [second] * 3
     assert "1 node(s) didn't satisfy existing pods anti-affinity rules" in message
+
+
+async def _kube_scheduler_verdict(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    """The node kube-scheduler bound the pod to, or "" when it reported it unschedulable."""
+
+    async def verdict() -> str | None:
+        pod = await pod_json(core, namespace, name)
+        if pod["spec"].get("nodeName"):
+            return str(pod["spec"]["nodeName"])
+        for condition in pod.get("status", {}).get("conditions") or []:
+            if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                return ""
+        return None
+
+    return await eventually(verdict, what=f"kube-scheduler's verdict on {namespace}/{name}")
+
+
+async def _our_feasible(
+    core: client.CoreV1Api, namespace: str, incoming: dict[str, Any]
+) -> set[str]:
+    """The nodes our NodeAffinity and InterPodAffinity filters accept for `incoming`, on a cache
+    built from the API's current nodes and this namespace's pods."""
+    cache = ClusterCache()
+    nodes = await core.list_node(_preload_content=False)
+    for node in json.loads(await nodes.read())["items"]:
+        cache.add_or_update_node(parse_node(node))
+    pods = await core.list_namespaced_pod(namespace, _preload_content=False)
+    for pod in json.loads(await pods.read())["items"]:
+        cache.add_pod(parse_pod(pod))
+    framework = Framework(filters=[NodeAffinity(), InterPodAffinity()], scores=[])
+    snapshot = Snapshot(cache)
+    diagnosis = framework.run_filters(parse_pod(incoming), snapshot, CycleState())
+    return {snapshot.names[row] for row in np.flatnonzero(diagnosis.feasible)}
+
+
+def _random_term(rng: random.Random) -> dict[str, Any]:
+    return {
+        "topologyKey": rng.choice((HOST, ZONE)),
+        "labelSelector": {"matchLabels": {"app": rng.choice("ab")}},
+    }
+
+
+async def test_feasibility_agrees_with_kube_scheduler_on_seeded_random_cases(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """Existing pods (some with required anti-affinity) bound at random, then a pod with random
+    required (anti-)affinity for kube-scheduler: the node it picks must be one our filters
+    accept, and it must find none exactly when our filters accept none."""
+    zone_a = isolated(replace(G2, type_name="ka", labels={ZONE: "a"}), namespace, count=2)
+    zone_b = isolated(replace(G2, type_name="kb", labels={ZONE: "b"}), namespace, count=2)
+    nodes = await make_nodes(core_api, [zone_a, zone_b])
+    selector = {TEST_LABEL: namespace}
+    outcomes: list[bool] = []
+    for seed in range(10):
+        rng = random.Random(seed)
+        for i in range(rng.randint(2, 4)):
+            name = f"s{seed}-existing-{i}"
+            pod = gpu_pod(name, 0, scheduler_name="nobody", labels={"app": rng.choice("ab")})
+            if rng.random() < 0.4:
+                pod["spec"]["affinity"] = {"podAntiAffinity": {REQUIRED: [_random_term(rng)]}}
+            await core_api.create_namespaced_pod(namespace, pod)
+            await bind(core_api, namespace, name, rng.choice(nodes))
+        name = f"s{seed}-incoming"
+        incoming = gpu_pod(
+            name,
+            0,
+            scheduler_name="default-scheduler",
+            labels={"app": rng.choice("ab")},
+            node_selector=selector,
+        )
+        affinity: dict[str, Any] = {}
+        if rng.random() < 0.6:
+            affinity["podAffinity"] = {REQUIRED: [_random_term(rng)]}
+        if rng.random() < 0.6:
+            affinity["podAntiAffinity"] = {REQUIRED: [_random_term(rng)]}
+        incoming["spec"]["affinity"] = affinity
+        incoming["metadata"]["namespace"] = namespace
+        ours = await _our_feasible(core_api, namespace, incoming)
+        # The pod watch delivers the bindings above to kube-scheduler before this pod.
+        await core_api.create_namespaced_pod(namespace, incoming)
+        chosen = await _kube_scheduler_verdict(core_api, namespace, name)
+        if chosen:
+            assert chosen in ours, (seed, chosen, ours, affinity)
+        else:
+            assert ours == set(), (seed, ours, affinity)
+        outcomes.append(bool(chosen))
+        await core_api.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        await eventually(
+            lambda: _gone(core_api, namespace), what=f"{namespace} pods deleted after case {seed}"
+        )
+    assert any(outcomes) and not all(outcomes), outcomes  # the cases cover both verdicts
+
+
+async def _gone(core: client.CoreV1Api, namespace: str) -> bool:
+    return not (await core.list_namespaced_pod(namespace)).items
