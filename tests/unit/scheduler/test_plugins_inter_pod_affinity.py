@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from scheduler.cache import ClusterCache
+from scheduler.config import SchedulerConfig
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
 from scheduler.namespaces import NAMESPACE_EVENT, NamespaceLabels
@@ -20,6 +21,7 @@ from scheduler.plugins.inter_pod_affinity import (
     EXISTING_ANTI_AFFINITY_REASON,
     InterPodAffinity,
 )
+from scheduler.profile import default_framework
 from tests.unit.scheduler.builders import Json, cluster, make_node, make_pod
 
 HOST = "kubernetes.io/hostname"
@@ -516,3 +518,39 @@ def test_namespace_labels_follow_the_informer_and_steer_the_selector() -> None:
     assert queue.events == [NAMESPACE_EVENT] * 3
     store.on_add({"metadata": "not an object"})
     assert cache.namespace_labels == {}
+
+
+# -- through the daemon's profile ----------------------------------------------------------------
+
+
+def test_profile_reports_the_first_failing_rule_per_node() -> None:
+    cache = cluster(
+        *zone_nodes(),
+        pods=[
+            labelled_pod("web", WEB, node="n1"),
+            labelled_pod("loner", DB, node="n3", affinity=pod_affinity(anti=[pod_term(ZONE, WEB)])),
+        ],
+    )
+    pod = parse_pod(labelled_pod("in", WEB, affinity=pod_affinity(anti=[pod_term(ZONE, WEB)])))
+    framework = default_framework(SchedulerConfig())
+    snapshot = Snapshot(cache)
+    evaluation = framework.evaluate(pod, snapshot)
+    assert [snapshot.names[r] for r in np.flatnonzero(evaluation.diagnosis.feasible)] == ["n4"]
+    assert evaluation.diagnosis.message(snapshot.valid) == (
+        "0/4 nodes are available: 1 node(s) didn't satisfy existing pods anti-affinity rules, "
+        "2 node(s) didn't match pod anti-affinity rules."
+    )
+    assert snapshot.names[evaluation.chosen] == "n4"
+
+
+def test_profile_follows_preferred_anti_affinity() -> None:
+    cache = cluster(*zone_nodes(), pods=[labelled_pod("web", WEB, node="n1")])
+    pod = parse_pod(
+        labelled_pod("in", WEB, affinity=pod_affinity(anti_preferred=[(100, pod_term(ZONE, WEB))]))
+    )
+    framework = default_framework(SchedulerConfig())
+    snapshot = Snapshot(cache)
+    for _ in range(5):
+        evaluation = framework.evaluate(pod, snapshot)
+        assert evaluation.scores["InterPodAffinity"].tolist() == [0.0, 0.0, 100.0, 100.0]
+        assert snapshot.names[evaluation.chosen] in ("n3", "n4")
