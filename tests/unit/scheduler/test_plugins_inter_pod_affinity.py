@@ -13,6 +13,7 @@ from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
+from scheduler.handlers import PodHandler
 from scheduler.namespaces import NAMESPACE_EVENT, NamespaceLabels
 from scheduler.objects import PodInfo, parse_pod
 from scheduler.plugins.inter_pod_affinity import (
@@ -22,7 +23,9 @@ from scheduler.plugins.inter_pod_affinity import (
     InterPodAffinity,
 )
 from scheduler.profile import default_framework
+from scheduler.queue import UNSCHEDULABLE
 from tests.unit.scheduler.builders import Json, cluster, make_node, make_pod
+from tests.unit.scheduler.core_api_double import harness
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -554,3 +557,59 @@ def test_profile_follows_preferred_anti_affinity() -> None:
         evaluation = framework.evaluate(pod, snapshot)
         assert evaluation.scores["InterPodAffinity"].tolist() == [0.0, 0.0, 100.0, 100.0]
         assert snapshot.names[evaluation.chosen] in ("n3", "n4")
+
+
+# -- waking pods that wait for an affinity partner ---------------------------------------------
+
+
+async def test_a_pod_bound_by_anyone_wakes_pods_waiting_for_affinity() -> None:
+    h = harness(cluster(*zone_nodes()))
+    handler = PodHandler(h.cache, h.queue, "gpu-scheduler")
+    follower = labelled_pod("follower", affinity=pod_affinity(required=[pod_term(ZONE, DB)]))
+    handler.on_add(follower)
+    handler.on_add(make_pod("plain", gpus=16))  # unschedulable for want of GPUs, no affinity
+    for _ in range(2):
+        await h.cycle()
+    assert h.queue.where("default/follower") == UNSCHEDULABLE
+    assert h.queue.where("default/plain") == UNSCHEDULABLE
+    handler.on_add(labelled_pod("web", WEB, node="n2"))  # any arrival may be the partner
+    assert h.queue.where("default/follower") != UNSCHEDULABLE
+    h.after_backoff(1)
+    await h.cycle()
+    await h.cycle()
+    assert h.queue.where("default/follower") == UNSCHEDULABLE  # web is not db
+    db = labelled_pod("db", DB, node="n3")
+    db["spec"]["schedulerName"] = "default-scheduler"
+    handler.on_add(db)
+    h.after_backoff(2)
+    assert await h.cycle() == "default/follower"
+    assert h.cache.pods["default/follower"].node == "n3"
+
+
+async def test_without_waiting_pods_an_arrival_moves_nothing() -> None:
+    h = harness(cluster(*zone_nodes()))
+    handler = PodHandler(h.cache, h.queue, "gpu-scheduler")
+    handler.on_add(make_pod("plain", gpus=16))
+    await h.cycle()
+    handler.on_add(labelled_pod("web", WEB, node="n2"))
+    assert h.queue.where("default/plain") == UNSCHEDULABLE
+    assert handler.affinity_waiters == set()
+
+
+async def test_our_own_pod_confirmed_bound_wakes_pods_waiting_for_it() -> None:
+    h = harness(cluster(*zone_nodes()))
+    handler = PodHandler(h.cache, h.queue, "gpu-scheduler")
+    handler.on_add(labelled_pod("follower", affinity=pod_affinity(required=[pod_term(ZONE, DB)])))
+    await h.cycle()
+    assert h.queue.where("default/follower") == UNSCHEDULABLE
+    db = labelled_pod("db", DB)
+    db["spec"]["nodeSelector"] = {ZONE: "b"}
+    handler.on_add(db)
+    assert await h.cycle() == "default/db"
+    assert h.cache.is_assumed("default/db")
+    db["spec"]["nodeName"] = h.cache.pods["default/db"].node
+    handler.on_update(labelled_pod("db", DB), db)  # the informer shows the binding
+    assert h.queue.where("default/follower") != UNSCHEDULABLE
+    h.after_backoff(1)
+    assert await h.cycle() == "default/follower"
+    assert h.cache.pods["default/follower"].node == "n3"
