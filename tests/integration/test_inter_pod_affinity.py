@@ -229,3 +229,36 @@ async def test_feasibility_agrees_with_kube_scheduler_on_seeded_random_cases(
 
 async def _gone(core: client.CoreV1Api, namespace: str) -> bool:
     return not (await core.list_namespaced_pod(namespace)).items
+
+
+async def test_a_pod_waiting_for_its_affinity_partner_is_woken_when_the_partner_is_bound(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    nodes = await make_nodes(core_api, [isolated(G2, namespace, count=2)])
+    follower = our_pod(namespace, "follower", 1)
+    await core_api.create_namespaced_pod(
+        namespace, with_affinity(follower, "podAffinity", HOST, {"app": "partner"})
+    )
+    # No periodic retry within the test: only the partner's arrival can wake the follower.
+    settings = settings_for(namespace, queue={"unschedulableFlushSeconds": 3600})
+    async with running_daemon(cluster, settings) as daemon:
+        message = await unschedulable_message(core_api, namespace, "follower")
+        assert "didn't match pod affinity rules" in message
+        await eventually(
+            lambda: _in_pool(daemon.queue.where(f"{namespace}/follower"), "unschedulable"),
+            what="the follower in the unschedulable pool",
+        )
+        partner = gpu_pod(
+            "partner",
+            0,
+            scheduler_name="default-scheduler",
+            labels={"app": "partner"},
+            node_selector={HOST: nodes[1]},
+        )
+        await core_api.create_namespaced_pod(namespace, partner)
+        placed = await wait_bound(core_api, namespace, "follower")
+    assert placed["spec"]["nodeName"] == nodes[1]
+
+
+async def _in_pool(pool: str | None, wanted: str) -> bool:
+    return pool == wanted
