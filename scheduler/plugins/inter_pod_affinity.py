@@ -77,16 +77,19 @@ class _Rows:
 
 
 def _others(
-    snapshot: Snapshot, pod: PodInfo, keys: Iterable[str]
+    snapshot: Snapshot, pod: PodInfo, keys: Iterable[str] | None = None
 ) -> Iterator[tuple[PodState, int]]:
-    """The counted pods among `keys` on known nodes, with their node row; never `pod` itself."""
+    """The counted pods among `keys` (None: all) on known nodes, with their node row; never
+    `pod` itself."""
     cache = snapshot.cache
     own = (pod.key, RESERVATION_PREFIX + pod.key)
-    pods = cache.pods
     row_of = cache.row_of
-    for key in keys:
-        state = pods.get(key)
-        if state is None or key in own:
+    if keys is None:
+        states: Iterable[tuple[str, PodState]] = list(cache.pods.items())
+    else:
+        states = [(key, cache.pods[key]) for key in keys if key in cache.pods]
+    for key, state in states:
+        if key in own:
             continue
         row = row_of.get(state.node)
         if row is not None:
@@ -143,7 +146,7 @@ def _required_domains(snapshot: Snapshot, pod: PodInfo) -> tuple[Domains, Domain
     anti = affinity.required_anti_affinity
     wanted = _Rows()
     barred = _Rows()
-    for state, row in _others(snapshot, pod, list(cache.pods)):
+    for state, row in _others(snapshot, pod):
         other = state.info
         if required and _matches_all(required, other, labels):
             for term in required:
@@ -227,7 +230,7 @@ class InterPodAffinity:
             rows.setdefault(key, []).append(row)
             weights.setdefault(key, []).append(weight)
 
-        keys = list(cache.pods) if own_preferred else list(cache.with_pod_affinity)
+        keys = None if own_preferred else cache.with_pod_affinity
         for other_state, row in _others(snapshot, pod, keys):
             other = other_state.info
             if affinity is not None:
