@@ -265,8 +265,8 @@ class PrometheusClient:
             raise PrometheusError(
                 self.url,
                 status,
-                str(body.get("errorType") or "unknown"),
-                str(body.get("error") or ""),
+                _excerpt(str(body.get("errorType") or "unknown")),
+                _excerpt(str(body.get("error") or "")),
             )
         if status >= 400 or body is None:
             raise PrometheusError(self.url, status, "bad_response", _excerpt(text))
@@ -279,9 +279,12 @@ class PrometheusClient:
             )
         try:
             return [_sample(element) for element in data["result"]]
-        except (KeyError, IndexError, TypeError, ValueError) as error:
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as error:
             raise PrometheusError(
-                self.url, status, "bad_response", f"malformed vector element ({error!r})"
+                self.url,
+                status,
+                "bad_response",
+                f"malformed vector element ({_excerpt(repr(error))})",
             ) from error
 
     async def usage_windows(
@@ -485,7 +488,7 @@ def _window(key: GpuSlot, slot: _Slot, window_s: float, sharing: int) -> GpuWind
 def _json_object(text: str) -> dict[str, Any] | None:
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         return None
     return body if isinstance(body, dict) else None
 

@@ -43,6 +43,7 @@ from typing import Any, Final, TypeVar
 import yaml
 
 from topology.scoring import ScoreWeights
+from topology.text import clip, quote
 
 T = TypeVar("T")
 Reader = Callable[[object], Any]
@@ -84,13 +85,16 @@ class _Invalid(Exception):
 # --- readers -----------------------------------------------------------------------------------
 
 
+ECHO_LIMIT = 60
+"""Characters of a configured value or key echoed in an error."""
+
+
 def _show(value: object) -> str:
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, list | tuple | set | frozenset):
         return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return quote(value, ECHO_LIMIT)
 
 
 def _fmt(number: float) -> str:
@@ -631,15 +635,18 @@ def _join(path: str, key: str) -> str:
 
 
 def _unknown(key: str, known: list[str]) -> str:
-    """The unknown-key reason: the closest known key as a suggestion, else all known keys."""
-    folded = {name.lower(): name for name in known}
-    guess = folded.get(camel(key).lower())
-    if guess is None:
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        guess = close[0] if close else None
+    """The unknown-key reason: the closest known key as a suggestion, else all known keys. The
+    key is echoed cut to `ECHO_LIMIT` characters (a key can be any size)."""
+    guess = None
+    if len(key) <= ECHO_LIMIT:  # no key that long is close to a known one
+        folded = {name.lower(): name for name in known}
+        guess = folded.get(camel(key).lower())
+        if guess is None:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            guess = close[0] if close else None
     if guess is not None:
-        return f"unknown key {key!r}; did you mean {guess!r}?"
-    return f"unknown key {key!r} (known: {', '.join(sorted(known))})"
+        return f"unknown key {quote(key, ECHO_LIMIT)}; did you mean {guess!r}?"
+    return f"unknown key {quote(key, ECHO_LIMIT)} (known: {', '.join(sorted(known))})"
 
 
 def _flatten(data: object, cls: type[Any], path: str, source: str, out: _Values) -> None:
@@ -652,7 +659,7 @@ def _flatten(data: object, cls: type[Any], path: str, source: str, out: _Values)
     for key, value in data.items():
         if not isinstance(key, str):
             raise ConfigError(path, f"keys must be strings, got {_show(key)}", source)
-        full = _join(path, key)
+        full = _join(path, clip(key, ECHO_LIMIT))
         spec = specs.get(key)
         if spec is None:
             raise ConfigError(full, _unknown(key, list(specs)), source)

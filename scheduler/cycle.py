@@ -2,13 +2,24 @@
 
     pop -> [leader?] -> pre-checks -> filter + score (one vectorized pass) -> choose GPUs
         -> assume in cache -> start binding task -> next pod
-    binding task: [leader?] -> POST binding (GPU annotations ride along) -> Scheduled event
+    binding task: [leader?] -> [node still there?] -> POST binding (GPU annotations ride
+                  along) -> Scheduled event
                   failure of any kind (an API error, a lost connection, a bug, cancellation):
                   forget the assumption, back the pod off (unless it is gone or bound by
                   someone else), FailedScheduling event
+                  outcome unknown (the connection broke after the request may have gone out,
+                  or "already assigned"): the pod stays assumed and is read back; only a pod
+                  read back unbound is forgotten, so GPUs a landed Binding took are never
+                  given to another pod. A read-back that fails keeps the pod assumed and is
+                  tried again when its queue entry pops.
 
     no node fits: FailedScheduling event + PodScheduled=False (reason Unschedulable) -> the pod
                   waits in the unschedulable pool until a cluster event may have made room
+                  (so does a pod with invalid fields, or one using a field the scheduler does
+                  not implement: `scheduler.plugins.unsupported`)
+
+    gated pod (spec.schedulingGates): never queued (`PodHandler`); `pod_gated` patches
+                  PodScheduled=False, reason SchedulingGated, once per pod
 
 Every failure path gives back what was assumed, so the cache never holds a pod that the API
 server did not bind. The cycle itself is synchronous up to the assume: no other coroutine can
@@ -41,12 +52,22 @@ from kubernetes_asyncio import client
 from scheduler.cache import ClusterCache
 from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.kube.apierrors import APIError
-from scheduler.kube.binding import bind_pod, set_unschedulable
+from scheduler.kube.apierrors import APIError, APITransportError
+from scheduler.kube.binding import (
+    SCHEDULING_GATED_MESSAGE,
+    SCHEDULING_GATED_REASON,
+    UNSCHEDULABLE_REASON,
+    bind_pod,
+    read_binding,
+    set_unschedulable,
+)
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
+from scheduler.kube.fence import NotLeader
 from scheduler.kube.tasks import TaskSet
 from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
+from scheduler.plugins.unsupported import NAME as UNSUPPORTED
+from scheduler.plugins.unsupported import unsupported_message
 from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
 
@@ -123,6 +144,18 @@ class PostFilter(Protocol):
     async def attempt(self, pod: PodInfo) -> str | None: ...
 
 
+def outcome_unknown(error: BaseException) -> bool:
+    """Whether a failed Binding may still have landed: no answer came (the connection broke or
+    timed out after the request may have gone out), or the API server says the pod is already
+    assigned (perhaps by this very request, retried below the client). A write the fence
+    refused was never sent."""
+    if isinstance(error, NotLeader):
+        return False
+    if isinstance(error, APITransportError):
+        return True
+    return isinstance(error, APIError) and error.already_assigned
+
+
 class Scheduler:
     """The scheduling loop and its binding tasks."""
 
@@ -156,6 +189,9 @@ class Scheduler:
         self._condition_messages: OrderedDict[str, str] = OrderedDict()
         """Pod UID -> the message of the PodScheduled=False condition patched (or being
         patched) for it; see the module docstring."""
+        self._unconfirmed: dict[str, tuple[Placement, Exception]] = {}
+        """Pod key -> the placement of a Binding whose outcome is unknown (answer lost) and the
+        error that lost it; the pod stays assumed until it is read back."""
         self.bound = 0
         self.unschedulable = 0
 
@@ -180,6 +216,13 @@ class Scheduler:
     def schedule_one(self, queued: QueuedPod[PodInfo]) -> None:
         """One synchronous cycle; the binding continues in a task."""
         pod = queued.obj
+        unconfirmed = self._unconfirmed.get(pod.key)
+        if unconfirmed is not None and self.cache.is_assumed(pod.key):
+            placement, error = unconfirmed
+            self._tasks.spawn(
+                self._confirm(queued, pod, placement, error), name=f"confirm:{pod.key}"
+            )
+            return
         if pod.key in self.cache.pods:  # bound meanwhile (by us before a restart, or by hand)
             self.queue.done(queued)
             return
@@ -188,6 +231,10 @@ class Scheduler:
             self._unschedulable(queued, message, ("PodSpec",))
             return
         snapshot = Snapshot(self.cache)
+        if pod.unsupported:
+            message = unsupported_message(pod.unsupported, snapshot.node_count)
+            self._unschedulable(queued, message, (UNSUPPORTED,))
+            return
         too_big = larger_than_any_node(pod, snapshot)
         if too_big:
             self._unschedulable(queued, too_big, ("NodeResourcesFit",))
@@ -241,20 +288,41 @@ class Scheduler:
         self.queue.requeue_unschedulable(queued, (message,), plugins)
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", message)
+        self._mark_condition(pod, message, UNSCHEDULABLE_REASON)
+
+    def pod_gated(self, pod: PodInfo) -> None:
+        """PreEnqueue rejected `pod` (scheduling gates left): patch PodScheduled=False, reason
+        SchedulingGated, as kube-scheduler does; once per pod, not per watch event. Only the
+        leader writes; a pod seen while not leading is marked on its next event."""
+        if self.is_leader():
+            self._mark_condition(pod, SCHEDULING_GATED_MESSAGE, SCHEDULING_GATED_REASON)
+
+    def _mark_condition(self, pod: PodInfo, message: str, reason: str) -> None:
+        """Start the condition patch unless this message was already patched for the pod."""
         mark = pod.uid or pod.key
         if self._condition_messages.get(mark) != message:
             self._condition_messages[mark] = message
             self._condition_messages.move_to_end(mark)
             while len(self._condition_messages) > MAX_CONDITION_MARKS:
                 self._condition_messages.popitem(last=False)
-            self._tasks.spawn(self._set_condition(pod, message), name=f"condition:{pod.key}")
+            self._tasks.spawn(
+                self._set_condition(pod, message, reason), name=f"condition:{pod.key}"
+            )
 
-    async def _set_condition(self, pod: PodInfo, message: str) -> None:
+    async def _set_condition(
+        self, pod: PodInfo, message: str, reason: str = UNSCHEDULABLE_REASON
+    ) -> None:
         """Patch PodScheduled=False; on failure take the mark back so the next cycle retries."""
         mark = pod.uid or pod.key
         try:
             await set_unschedulable(
-                self.core, pod.namespace, pod.name, message, self.bind_timeout, pod.uid
+                self.core,
+                pod.namespace,
+                pod.name,
+                message,
+                self.bind_timeout,
+                pod.uid,
+                reason=reason,
             )
         except BaseException as error:
             if self._condition_messages.get(mark) == message:
@@ -274,6 +342,8 @@ class Scheduler:
         """The pod was bound or deleted: forget its condition mark (by UID, or by key for a pod
         without one)."""
         self._condition_messages.pop(uid or key, None)
+        if key:
+            self._unconfirmed.pop(key, None)
 
     async def _bind(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
         """The binding cycle. Any failure, of any type, forgets the assumed pod and ends the
@@ -284,6 +354,11 @@ class Scheduler:
                 if not self.is_leader():
                     self.cache.forget(pod.key)
                     self.queue.requeue_backoff(queued)
+                    return
+                if placement.node not in self.cache.nodes:
+                    self.cache.forget(pod.key)
+                    self.queue.requeue_backoff(queued)
+                    log.warning("bind_skipped_node_gone", pod=pod.key, node=placement.node)
                     return
                 await bind_pod(
                     self.core,
@@ -300,9 +375,55 @@ class Scheduler:
             log.warning("bind_cancelled", pod=pod.key, node=placement.node)
             raise
         except Exception as error:
+            if outcome_unknown(error):
+                log.warning(
+                    "bind_outcome_unknown", pod=pod.key, node=placement.node, error=str(error)
+                )
+                self._unconfirmed[pod.key] = (placement, error)
+                await self._confirm(queued, pod, placement, error)
+                return
             self.cache.forget(pod.key)
             self._bind_failed(queued, pod, placement, error)
             return
+        self._bound(queued, pod, placement)
+
+    async def _confirm(
+        self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: Exception
+    ) -> None:
+        """Read back a pod whose Binding's answer was lost (`error`), and settle it: bound to
+        `placement.node` -> bound (its GPUs were rightly held); unbound -> a failed bind
+        (forgotten, backed off, reported); bound elsewhere or gone -> forgotten (the informer
+        counts it where it is). A failed read keeps the pod assumed and its queue entry backed
+        off, to be read again when it pops."""
+        try:
+            found = await read_binding(self.core, pod.namespace, pod.name, self.bind_timeout)
+        except Exception as read_error:
+            log.warning(
+                "bind_readback_failed", pod=pod.key, node=placement.node, error=str(read_error)
+            )
+            self.queue.requeue_backoff(queued)
+            return
+        self._unconfirmed.pop(pod.key, None)
+        if found is not None and found[0] == pod.uid and found[1] == placement.node:
+            log.info("bind_readback", pod=pod.key, node=placement.node, landed=True)
+            self._bound(queued, pod, placement)
+            return
+        self.cache.forget(pod.key)
+        landed_elsewhere = found is not None and found[0] == pod.uid and bool(found[1])
+        log.info(
+            "bind_readback",
+            pod=pod.key,
+            node=placement.node,
+            landed=False,
+            gone=found is None or found[0] != pod.uid,
+            bound_to=found[1] if landed_elsewhere and found else None,
+        )
+        if found is None or found[0] != pod.uid or landed_elsewhere:
+            self.queue.done(queued)
+        else:
+            self._bind_failed(queued, pod, placement, error)
+
+    def _bound(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
         self.cache.finish_binding(pod.key, self.clock())
         self.queue.done(queued)
         self.pod_gone(pod.uid, pod.key)

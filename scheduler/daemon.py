@@ -139,7 +139,11 @@ class Daemon:
                 core.list_pod_for_all_namespaces,
                 PodWatch(
                     PodHandler(
-                        self.cache, self.queue, settings.scheduler_name, self.scheduler.pod_gone
+                        self.cache,
+                        self.queue,
+                        settings.scheduler_name,
+                        self.scheduler.pod_gone,
+                        self.scheduler.pod_gated,
                     ),
                     self.reclaimer,
                 ),

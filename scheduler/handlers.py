@@ -9,7 +9,11 @@
   cache also while it is assumed, and so does an assumed pod the informer shows finished.
 - `gone(uid, key)` is told of every pod that was bound or deleted, so per-pod bookkeeping
   elsewhere (the scheduler's PodScheduled condition marks) is pruned.
-- Pods pending for this scheduler (our schedulerName, no node, not terminating): queued.
+- Pods pending for this scheduler (our schedulerName, no node, not terminating): queued, unless
+  they have scheduling gates (kube-scheduler's PreEnqueue): a gated pod is taken out of the queue
+  and, unless it already shows PodScheduled=False with reason SchedulingGated, `gated(pod)` is
+  told (the scheduler patches that condition); the update that removes the last gate queues it
+  in activeQ at once.
 - PriorityClasses and PodDisruptionBudgets have their own stores (reclaim policy, `scheduler.pdb`).
 """
 
@@ -122,6 +126,19 @@ def _same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return relevant(old) == relevant(new)
 
 
+def _shows_gated(obj: Mapping[str, Any]) -> bool:
+    """Whether the pod already has PodScheduled=False, reason SchedulingGated (the API server
+    sets it when a gated pod is created): then there is nothing to patch."""
+    conditions = (obj.get("status") or {}).get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, Mapping)
+        and c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "SchedulingGated"
+        for c in conditions
+    )
+
+
 class PodHandler:
     """Informer handler for Pods of every namespace."""
 
@@ -131,6 +148,7 @@ class PodHandler:
         queue: SchedulingQueue[PodInfo],
         scheduler_name: str,
         gone: Callable[[str, str], None] | None = None,
+        gated: Callable[[PodInfo], None] | None = None,
     ) -> None:
         self.cache = cache
         self.queue = queue
@@ -139,6 +157,7 @@ class PodHandler:
         self.affinity_waiters: set[str] = set()
         """Our pending pods with required pod affinity: a pod bound by anyone may be the one
         they wait for, so its arrival retries the unschedulable pods (see `_pod_arrived`)."""
+        self.gated = gated
 
     def _ours_and_pending(self, pod: PodInfo) -> bool:
         return (
@@ -162,6 +181,12 @@ class PodHandler:
                 self.queue.move_all_to_active_or_backoff("PodFinished")
             elif pod.holds_resources and (not was_counted or was_assumed):
                 self._pod_arrived()
+        elif self._ours_and_pending(pod) and pod.scheduling_gates:
+            # PreEnqueue: a gated pod is not queued; removing its last gate is an update that
+            # queues it at once (below).
+            self.queue.delete(pod.key)
+            if self.gated is not None and not _shows_gated(obj):
+                self.gated(pod)
         elif self._ours_and_pending(pod):
             if pod.pod_affinity is not None and pod.pod_affinity.required_affinity:
                 self.affinity_waiters.add(pod.key)

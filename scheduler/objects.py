@@ -9,7 +9,13 @@ fallback so the daemon can report the error and go on:
   FailedScheduling event) until it is fixed;
 - a node with an unparseable allocatable quantity offers 0 of that resource;
 - a node with a malformed NVLink annotation is modelled with the default layout for its GPU count
-  (see `topology.domains`), and the error is reported on the node.
+  (see `topology.domains`), and the error is reported on the node;
+- a node claiming more than `MAX_NODE_GPUS` GPUs is modelled with none, and says so;
+- a GPU (or other extended-resource) request that differs from its limit is an error, as the API
+  server's validation has it; the pod is not scheduled.
+
+Messages quote offending values cut to `topology.text.MAX_ECHO` characters, and
+`sorted_errors` keeps an object's summary within 1 KiB, whatever the input size.
 
 Resource vectors are int64 arrays in the order of `RESOURCES`: CPU in millicores, the others in
 base units (bytes, pods, GPUs).
@@ -18,18 +24,22 @@ base units (bytes, pods, GPUs).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.plugins.unsupported import unsupported_fields
+from scheduler.podfields import HostPort, pod_features
 from scheduler.quantity import QuantityError, base_units, cpu_millis
+from scheduler.spread import SpreadConstraint, parse_spread_constraints
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
 from topology.mig import is_mig_resource, parse_mig_profile
 from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
+from topology.text import clip, quote
 
 if TYPE_CHECKING:
     from scheduler.pod_affinity import PodAffinity
@@ -125,6 +135,16 @@ class PodInfo:
     server sets it on binding), else status.startTime; None while pending."""
     pod_affinity: PodAffinity | None = None
     """spec.affinity.podAffinity / podAntiAffinity terms; None when it has none."""
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    """spec.topologySpreadConstraints, matchLabelKeys merged (see `scheduler.spread`)."""
+    scheduling_gates: tuple[str, ...] = ()
+    """Names of spec.schedulingGates: while any is left the pod is not queued (PreEnqueue)."""
+    host_ports: tuple[HostPort, ...] = ()
+    """Host ports its containers and sidecars bind (NodePorts), sorted, without duplicates."""
+    scalar: Mapping[str, int] = field(default_factory=dict)
+    """Extended resources requested beyond `requests` and `mig` (example.com/foo, hugepages-*)."""
+    unsupported: tuple[str, ...] = ()
+    """Paths of fields it uses that the scheduler does not implement (plugins.unsupported)."""
 
     @property
     def bound(self) -> bool:
@@ -152,6 +172,8 @@ class NodeInfo:
     taints: tuple[Taint, ...]
     unschedulable: bool
     errors: tuple[FieldError, ...] = ()
+    scalar: Mapping[str, int] = field(default_factory=dict)
+    """Allocatable extended resources beyond `allocatable` and `mig` (example.com/foo)."""
 
 
 def _timestamp(raw: object) -> datetime | None:
@@ -163,10 +185,21 @@ def _timestamp(raw: object) -> datetime | None:
         return None
 
 
+def _str(raw: object) -> str:
+    """`str(raw)`; for what `str` refuses (an integer of more than 4300 digits), a bounded
+    description of it."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return str(raw)
+    except (ValueError, RecursionError):
+        return quote(raw)
+
+
 def _string_map(raw: object) -> dict[str, str]:
     if not isinstance(raw, Mapping):
         return {}
-    return {str(k): str(v) for k, v in raw.items()}
+    return {_str(k): _str(v) for k, v in raw.items()}
 
 
 def _list(raw: object) -> list[Any]:
@@ -183,32 +216,59 @@ def _map(raw: object, where: str, errors: list[FieldError]) -> Mapping[str, Any]
     return {}
 
 
+def _resources(raw: object, where: str, errors: list[FieldError]) -> dict[str, Any]:
+    """A resource list (`requests`, `limits`, `allocatable`, `overhead`): `_map`, keeping only
+    string keys (others are reported)."""
+    found: dict[str, Any] = {}
+    for name, value in _map(raw, where, errors).items():
+        if isinstance(name, str):
+            found[name] = value
+        else:
+            errors.append(FieldError(where, f"resource name {quote(name)} is not a string"))
+    return found
+
+
+POD_LEVEL_RESOURCES = ("cpu", "memory")
+"""Resources a pod-level `spec.resources.requests` overrides (kube's supported pod-level ones)."""
 MAX_AMOUNT = 2**62
 """Largest amount of a resource accepted (the arrays are int64 and sums must not overflow)."""
 MAX_NODE_GPUS = 64
 """GPUs per node the topology model accepts (NVLink domains and GPU masks are per GPU)."""
+MAX_NODE_MIG_PROFILES = 32
+"""MIG profiles per node the model accepts (each is a column of the cache's MIG arrays; a GPU
+has at most a handful)."""
 _INTEGER_RE = re.compile(r"^-?[0-9]{1,18}$")
 
 
 def _resource_amount(name: str, value: object, where: str, errors: list[FieldError]) -> int:
+    field = f"{where}.{clip(name)}"
     try:
         amount = cpu_millis(value) if name == "cpu" else base_units(value)  # type: ignore[arg-type]
     except QuantityError as error:
-        errors.append(FieldError(f"{where}.{name}", str(error)))
+        errors.append(FieldError(field, str(error)))
         return 0
     if amount < 0:
-        errors.append(FieldError(f"{where}.{name}", f"must not be negative, got {value!r}"))
+        errors.append(FieldError(field, f"must not be negative, got {quote(value)}"))
         return 0
     if amount > MAX_AMOUNT:
-        errors.append(FieldError(f"{where}.{name}", f"is too large: {value!r}"))
+        errors.append(FieldError(field, f"is too large: {quote(value)}"))
         return 0
     if is_mig_resource(name):
         try:
             parse_mig_profile(name)
         except ValueError as error:
-            errors.append(FieldError(f"{where}.{name}", str(error)))
+            errors.append(FieldError(field, str(error)))
             return 0
     return amount
+
+
+def _overcommit_allowed(name: str) -> bool:
+    """Whether requests of `name` may be below its limit: Kubernetes allows it for its native
+    resources (no domain, or kubernetes.io/) except huge pages; extended resources such as
+    nvidia.com/gpu must have requests equal to limits."""
+    if name.startswith("hugepages-"):
+        return False
+    return "/" not in name or name.startswith("kubernetes.io/")
 
 
 def _container_requests(
@@ -219,36 +279,71 @@ def _container_requests(
         errors.append(FieldError(where, f"must be an object, got {type(container).__name__}"))
         return {}
     resources = _map(container.get("resources"), f"{where}.resources", errors)
-    requests = _map(resources.get("requests"), f"{where}.resources.requests", errors)
-    limits = _map(resources.get("limits"), f"{where}.resources.limits", errors)
+    requests = _resources(resources.get("requests"), f"{where}.resources.requests", errors)
+    limits = _resources(resources.get("limits"), f"{where}.resources.limits", errors)
     amounts: dict[str, int] = {}
     for name, value in limits.items():
         if name not in ("cpu", "memory", "ephemeral-storage") and name not in requests:
             amounts[name] = _resource_amount(name, value, f"{where}.resources.limits", errors)
     for name, value in requests.items():
         amounts[name] = _resource_amount(name, value, f"{where}.resources.requests", errors)
+        if name in limits and not _overcommit_allowed(name):
+            before = len(errors)
+            limit = _resource_amount(name, limits[name], f"{where}.resources.limits", errors)
+            if len(errors) == before and limit != amounts[name]:
+                errors.append(
+                    FieldError(
+                        f"{where}.resources.requests.{clip(name)}",
+                        f"must equal its limit for an extended resource (request "
+                        f"{quote(value)}, limit {quote(limits[name])})",
+                    )
+                )
     return amounts
 
 
 def pod_requests(spec: Mapping[str, Any], errors: list[FieldError]) -> dict[str, int]:
-    """kube-scheduler's effective request: the sum over containers, at least the largest init
-    container's request for each resource, plus pod overhead."""
+    """kube-scheduler's effective request (resourcehelper.PodRequests): the sum over containers
+    and sidecar init containers, at least each init container's request plus the sidecars
+    started before it, replaced by the pod-level request (`spec.resources.requests`) for cpu and
+    memory when set, plus pod overhead."""
     total: dict[str, int] = {}
     for index, container in enumerate(_list(spec.get("containers"))):
         for name, amount in _container_requests(
             container, f"spec.containers[{index}]", errors
         ).items():
             total[name] = total.get(name, 0) + amount
+    # Init containers run one after another, each beside the sidecars started before it;
+    # sidecars (restartPolicy Always) keep running, so they also add to the containers' sum.
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
     for index, container in enumerate(_list(spec.get("initContainers"))):
-        for name, amount in _container_requests(
-            container, f"spec.initContainers[{index}]", errors
-        ).items():
-            total[name] = max(total.get(name, 0), amount)
-    for name, value in _map(spec.get("overhead"), "spec.overhead", errors).items():
+        amounts = _container_requests(container, f"spec.initContainers[{index}]", errors)
+        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
+            for name, amount in amounts.items():
+                sidecars[name] = sidecars.get(name, 0) + amount
+                total[name] = total.get(name, 0) + amount
+            running = dict(sidecars)
+        else:
+            running = {n: amounts.get(n, 0) + sidecars.get(n, 0) for n in {*amounts, *sidecars}}
+        for name, amount in running.items():
+            init_peak[name] = max(init_peak.get(name, 0), amount)
+    for name, amount in init_peak.items():
+        total[name] = max(total.get(name, 0), amount)
+    pod_level = _map(
+        _map(spec.get("resources"), "spec.resources", errors).get("requests"),
+        "spec.resources.requests",
+        errors,
+    )
+    for name in POD_LEVEL_RESOURCES:
+        if name in pod_level:
+            total[name] = _resource_amount(name, pod_level[name], "spec.resources.requests", errors)
+    for name, value in _resources(spec.get("overhead"), "spec.overhead", errors).items():
         total[name] = total.get(name, 0) + _resource_amount(name, value, "spec.overhead", errors)
     for name, amount in total.items():
         if amount > MAX_AMOUNT:
-            errors.append(FieldError(f"spec.containers[*].resources.{name}", "total is too large"))
+            errors.append(
+                FieldError(f"spec.containers[*].resources.{clip(name)}", "total is too large")
+            )
             total[name] = 0
     return total
 
@@ -261,11 +356,11 @@ def _requirements(
         if not isinstance(item, Mapping) or "key" not in item or "operator" not in item:
             errors.append(FieldError(f"{where}[{index}]", "needs key and operator"))
             continue
-        operator = str(item["operator"])
-        values = tuple(str(v) for v in _list(item.get("values")))
+        operator = _str(item["operator"])
+        values = tuple(_str(v) for v in _list(item.get("values")))
         if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
             errors.append(
-                FieldError(f"{where}[{index}].operator", f"unknown operator {operator!r}")
+                FieldError(f"{where}[{index}].operator", f"unknown operator {quote(operator)}")
             )
             continue
         if operator in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER_RE.match(values[0])):
@@ -273,7 +368,7 @@ def _requirements(
                 FieldError(f"{where}[{index}].values", f"{operator} needs one integer value")
             )
             continue
-        found.append(SelectorRequirement(str(item["key"]), operator, values))
+        found.append(SelectorRequirement(_str(item["key"]), operator, values))
     return tuple(found)
 
 
@@ -312,7 +407,7 @@ def _node_affinity(
         item_where = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
         weight = item.get("weight") if isinstance(item, Mapping) else None
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
-            errors.append(FieldError(f"{item_where}.weight", f"must be 1-100, got {weight!r}"))
+            errors.append(FieldError(f"{item_where}.weight", f"must be 1-100, got {quote(weight)}"))
             continue
         preferred.append(
             (
@@ -334,13 +429,39 @@ def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
             continue
         found.append(
             Toleration(
-                key=str(item.get("key") or ""),
-                operator=str(item.get("operator") or "Equal"),
-                value=str(item.get("value") or ""),
-                effect=str(item.get("effect") or ""),
+                key=_str(item.get("key") or ""),
+                operator=_str(item.get("operator") or "Equal"),
+                value=_str(item.get("value") or ""),
+                effect=_str(item.get("effect") or ""),
             )
         )
     return tuple(found)
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _priority(raw: object, errors: list[FieldError]) -> int:
+    """spec.priority: an int32 (the API's type); 0 when absent or not an integer, and an error
+    when out of range (numpy arrays of priorities must not overflow)."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        return 0
+    if not INT32_MIN <= raw <= INT32_MAX:
+        errors.append(FieldError("spec.priority", f"must be an int32, got {quote(raw)}"))
+        return 0
+    return raw
+
+
+def _reporter(errors: list[FieldError]) -> Callable[[str, str], None]:
+    def report(where: str, message: str) -> None:
+        errors.append(FieldError(where, message))
+
+    return report
+
+
+def _vector_resource(name: str) -> bool:
+    """Held in the resource vector or a MIG column (else an extended, scalar resource)."""
+    return name in RESOURCES or is_mig_resource(name)
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
@@ -350,6 +471,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     spec = _map(obj.get("spec"), "spec", errors)
     status = _map(obj.get("status"), "status", errors)
     requests = pod_requests(spec, errors)
+    features = pod_features(spec, requests, _vector_resource, report=_reporter(errors))
     vector = np.array([requests.get(name, 0) for name in RESOURCES], dtype=np.int64)
     vector[PODS] = 1
     mig: dict[str, int] = {}
@@ -369,15 +491,15 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         errors.append(
             FieldError(
                 f"metadata.annotations[{NVLINK_POLICY_ANNOTATION}]",
-                f"must be one of {', '.join(NVLINK_POLICIES)}, got {policy!r}",
+                f"must be one of {', '.join(NVLINK_POLICIES)}, got {quote(policy)}",
             )
         )
         policy = "preferred"
     required, preferred = _node_affinity(spec, errors)
     pod_affinity = _pod_affinity(spec, metadata, errors)
-    priority = spec.get("priority")
-    namespace = str(metadata.get("namespace") or "")
-    name = str(metadata.get("name") or "")
+    priority = _priority(spec.get("priority"), errors)
+    namespace = _str(metadata.get("namespace") or "")
+    name = _str(metadata.get("name") or "")
     scheduled_at = None
     for condition in _list(status.get("conditions")):
         if (
@@ -388,17 +510,18 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
             scheduled_at = _timestamp(condition.get("lastTransitionTime"))
     if scheduled_at is None and spec.get("nodeName"):
         scheduled_at = _timestamp(status.get("startTime"))
+    spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
         name=name,
-        uid=str(metadata.get("uid") or ""),
-        resource_version=str(metadata.get("resourceVersion") or ""),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        node_name=str(spec.get("nodeName") or ""),
-        phase=str(status.get("phase") or "Pending"),
-        priority=priority if isinstance(priority, int) else 0,
-        priority_class=str(spec.get("priorityClassName") or ""),
+        uid=_str(metadata.get("uid") or ""),
+        resource_version=_str(metadata.get("resourceVersion") or ""),
+        scheduler_name=_str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=_str(spec.get("nodeName") or ""),
+        phase=_str(status.get("phase") or "Pending"),
+        priority=priority,
+        priority_class=_str(spec.get("priorityClassName") or ""),
         created=_timestamp(metadata.get("creationTimestamp")),
         terminating=metadata.get("deletionTimestamp") is not None,
         requests=vector,
@@ -415,6 +538,11 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         errors=tuple(errors),
         scheduled_at=scheduled_at,
         pod_affinity=pod_affinity,
+        spread_constraints=spread,
+        scheduling_gates=features.scheduling_gates,
+        host_ports=features.host_ports,
+        scalar=features.scalar,
+        unsupported=unsupported_fields(obj),
     )
 
 
@@ -424,17 +552,29 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     metadata = _map(obj.get("metadata"), "metadata", errors)
     spec = _map(obj.get("spec"), "spec", errors)
     status = _map(obj.get("status"), "status", errors)
-    allocatable_raw = _map(status.get("allocatable"), "status.allocatable", errors)
+    allocatable_raw = _resources(status.get("allocatable"), "status.allocatable", errors)
     allocatable = np.zeros(len(RESOURCES), dtype=np.int64)
     mig: dict[str, int] = {}
+    scalar: dict[str, int] = {}
     for name, value in allocatable_raw.items():
-        if name in RESOURCES:
+        if not _vector_resource(name):
+            amount = _resource_amount(name, value, "status.allocatable", errors)
+            if amount:
+                scalar[name] = amount
+        elif name in RESOURCES:
             allocatable[RESOURCES.index(name)] = _resource_amount(
                 name, value, "status.allocatable", errors
             )
         elif is_mig_resource(name):
             amount = _resource_amount(name, value, "status.allocatable", errors)
-            if amount:
+            if amount and len(mig) >= MAX_NODE_MIG_PROFILES:
+                errors.append(
+                    FieldError(
+                        f"status.allocatable.{clip(name)}",
+                        f"more than {MAX_NODE_MIG_PROFILES} MIG profiles on one node; left out",
+                    )
+                )
+            elif amount:
                 mig[name] = amount
     annotations = _string_map(metadata.get("annotations"))
     gpu_count = int(allocatable[GPU])
@@ -457,12 +597,12 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             )
         )
     taints = tuple(
-        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        Taint(_str(t.get("key") or ""), _str(t.get("value") or ""), _str(t.get("effect") or ""))
         for t in _list(spec.get("taints"))
         if isinstance(t, Mapping)
     )
     return NodeInfo(
-        name=str(metadata.get("name") or ""),
+        name=_str(metadata.get("name") or ""),
         allocatable=allocatable,
         mig=mig,
         topology=domains.topology,
@@ -470,12 +610,27 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         errors=tuple(errors),
+        scalar=scalar,
     )
 
 
+MAX_ERRORS_TEXT = 1024
+"""Longest text `sorted_errors` returns (an Event note holds at most 1 KiB)."""
+
+
 def sorted_errors(errors: Sequence[FieldError]) -> str:
-    """All errors of an object in one line, for an Event message."""
-    return "; ".join(str(error) for error in errors)
+    """All errors of an object in one line, for an Event message and a log line; at most
+    `MAX_ERRORS_TEXT` characters, ending in "(N more)" when some did not fit."""
+    shown: list[str] = []
+    used = 0
+    for index, error in enumerate(errors):
+        text = clip(str(error), MAX_ERRORS_TEXT - 80)  # the first always fits, with a note
+        if shown and used + len(text) + 2 > MAX_ERRORS_TEXT - 20:
+            shown.append(f"({len(errors) - index} more)")
+            break
+        shown.append(text)
+        used += len(text) + 2
+    return "; ".join(shown)
 
 
 def _pod_affinity(
@@ -485,7 +640,7 @@ def _pod_affinity(
     on this module's records)."""
     from scheduler.pod_affinity import parse_pod_affinity
 
-    namespace = str(metadata.get("namespace") or "")
+    namespace = _str(metadata.get("namespace") or "")
     return parse_pod_affinity(spec, namespace, _string_map(metadata.get("labels")), errors)
 
 

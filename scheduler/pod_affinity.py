@@ -24,6 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.objects import FieldError, SelectorRequirement
+from topology.text import quote
+
+
+def _text(raw: object) -> str:
+    """A string field as given; anything else (a number, a 5,000-digit integer) as a bounded
+    description that matches no label."""
+    return raw if isinstance(raw, str) else quote(raw)
+
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_ECHO = 64
@@ -129,7 +137,7 @@ def parse_label_selector(raw: object, where: str, errors: list[FieldError]) -> L
     found: list[SelectorRequirement] = []
     match_labels = _as_map(selector.get("matchLabels"), f"{where}.matchLabels", errors) or {}
     for key, value in match_labels.items():
-        found.append(SelectorRequirement(str(key), "In", (str(value),)))
+        found.append(SelectorRequirement(_text(key), "In", (_text(value),)))
     ok = True
     where_exprs = f"{where}.matchExpressions"
     for index, item in enumerate(_as_list(selector.get("matchExpressions"), where_exprs, errors)):
@@ -139,7 +147,9 @@ def parse_label_selector(raw: object, where: str, errors: list[FieldError]) -> L
             ok = False
             continue
         operator = item.get("operator")
-        values = tuple(str(v) for v in _as_list(item.get("values"), f"{item_where}.values", errors))
+        values = tuple(
+            _text(v) for v in _as_list(item.get("values"), f"{item_where}.values", errors)
+        )
         if operator not in SELECTOR_OPERATORS:
             errors.append(
                 FieldError(
@@ -155,7 +165,7 @@ def parse_label_selector(raw: object, where: str, errors: list[FieldError]) -> L
             errors.append(FieldError(f"{item_where}.values", f"{operator} takes no values"))
             ok = False
         else:
-            found.append(SelectorRequirement(str(item["key"]), str(operator), values))
+            found.append(SelectorRequirement(_text(item["key"]), _text(operator), values))
     return LabelSelector(tuple(found)) if ok else None
 
 
@@ -179,12 +189,13 @@ def _term(
         extra: list[SelectorRequirement] = []
         for field, operator in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
             for key in _as_list(term.get(field), f"{where}.{field}", errors):
-                if str(key) in labels:
-                    extra.append(SelectorRequirement(str(key), operator, (labels[str(key)],)))
+                name = _text(key)
+                if name in labels:
+                    extra.append(SelectorRequirement(name, operator, (labels[name],)))
         if extra:
             selector = LabelSelector(selector.requirements + tuple(extra))
     namespaces = frozenset(
-        str(n) for n in _as_list(term.get("namespaces"), f"{where}.namespaces", errors)
+        _text(n) for n in _as_list(term.get("namespaces"), f"{where}.namespaces", errors)
     )
     namespace_selector = parse_label_selector(
         term.get("namespaceSelector"), f"{where}.namespaceSelector", errors
@@ -193,7 +204,7 @@ def _term(
         namespaces = frozenset((namespace,))
     if len(errors) > count:
         return None
-    return PodAffinityTerm(selector, str(topology_key), namespaces, namespace_selector)
+    return PodAffinityTerm(selector, _text(topology_key), namespaces, namespace_selector)
 
 
 def _terms(

@@ -8,9 +8,11 @@ from scheduler.framework.runtime import Framework
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
 from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
+from scheduler.plugins.node_ports import NodePorts
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
 from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
+from scheduler.plugins.topology_spread import PodTopologySpread
 
 
 def default_framework(settings: SchedulerConfig) -> Framework:
@@ -21,6 +23,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
     pod_affinity = InterPodAffinity(weight=scoring.preferred_affinity_weight)
+    spread = PodTopologySpread()
     extra: list[ScorePlugin] = []
     if scoring.fragmentation_weight > 0:
         extra.append(GpuFragmentation(scoring.fragmentation_weight))
@@ -29,11 +32,13 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             NodeUnschedulable(),
             TaintToleration(),
             affinity,
+            NodePorts(),
             NodeResourcesFit(),
             nvlink,
+            spread,
             pod_affinity,
         ],
-        scores=[nvlink, affinity, pod_affinity, *extra],
+        scores=[nvlink, affinity, pod_affinity, *extra, spread],
         seed=settings.scoring.seed,
         narrowers=[nvlink],
     )

@@ -13,6 +13,8 @@ import math
 import re
 from decimal import Decimal, InvalidOperation, localcontext
 
+from topology.text import quote
+
 BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 DECIMAL_SUFFIXES = {
     "n": Decimal("1e-9"),
@@ -27,6 +29,8 @@ DECIMAL_SUFFIXES = {
     "E": Decimal("1e18"),
 }
 MAX_LENGTH = 64
+MAX_INTEGER_BITS = 128
+"""Largest integer (in bits) accepted as a quantity; the scheduler's arrays hold int64."""
 PRECISION = 100
 """Decimal digits kept: more than any quantity of MAX_LENGTH characters has."""
 _QUANTITY_RE = re.compile(
@@ -36,31 +40,37 @@ _QUANTITY_RE = re.compile(
 
 
 class QuantityError(ValueError):
-    """A value that is not a Kubernetes quantity; the message quotes it."""
+    """A value that is not a Kubernetes quantity; the message quotes it, cut to
+    `topology.text.MAX_ECHO` characters."""
 
 
 def parse_quantity(value: str | int | float) -> Decimal:
-    """The exact value of a quantity. Raises QuantityError for anything else."""
+    """The exact value of a quantity (a string of the grammar, an int of at most
+    `MAX_INTEGER_BITS` bits or a finite float). Raises QuantityError for anything else."""
     with localcontext(prec=PRECISION):
         return _parse(value)
 
 
 def _parse(value: str | int | float) -> Decimal:
     if isinstance(value, bool):
-        raise QuantityError(f"invalid quantity {value!r}")
-    if isinstance(value, int | float):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise QuantityError(f"invalid quantity {value!r}")
+        raise QuantityError(f"invalid quantity {quote(value)}")
+    if isinstance(value, int):
+        if value.bit_length() > MAX_INTEGER_BITS:
+            raise QuantityError(f"invalid quantity {quote(value)}: out of range")
+        return Decimal(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"invalid quantity {quote(value)}")
         return Decimal(str(value))
     if not isinstance(value, str) or len(value) > MAX_LENGTH:
-        raise QuantityError(f"invalid quantity {value!r}")
+        raise QuantityError(f"invalid quantity {quote(value)}")
     match = _QUANTITY_RE.match(value.strip())
     if match is None:
-        raise QuantityError(f"invalid quantity {value!r}")
+        raise QuantityError(f"invalid quantity {quote(value)}")
     try:
         number = Decimal(match["number"])
     except InvalidOperation as error:  # pragma: no cover - the regex admits only decimals
-        raise QuantityError(f"invalid quantity {value!r}") from error
+        raise QuantityError(f"invalid quantity {quote(value)}") from error
     suffix = match["suffix"] or ""
     if suffix in BINARY_SUFFIXES:
         return number * BINARY_SUFFIXES[suffix]
@@ -68,7 +78,7 @@ def _parse(value: str | int | float) -> Decimal:
         return number * DECIMAL_SUFFIXES[suffix]
     exponent = int(suffix[1:])
     if abs(exponent) > 30:
-        raise QuantityError(f"invalid quantity {value!r}: exponent out of range")
+        raise QuantityError(f"invalid quantity {quote(value)}: exponent out of range")
     return number.scaleb(exponent)
 
 

@@ -156,6 +156,9 @@ class SchedulingQueue(Generic[T]):
         self._closed = False
         self.moves: Counter[str] = Counter()
         """Pods moved out of the unschedulable pool, by cluster event (for metrics)."""
+        self.heap_rebuilds: Counter[Pool] = Counter()
+        """Heap rebuilds by pool ("active", "backoff"): each time the stale entries left by
+        deletes and re-sorts passed 2 x live entries + 64, the heap was rebuilt from the pool."""
 
     # ----------------------------------------------------------------------------------------
     # Informer side: pods appear, change and go.
@@ -443,6 +446,7 @@ class SchedulingQueue(Generic[T]):
                 (-p.priority, p.initial_queued_at, k, s) for k, (s, p) in self._active.items()
             ]
             heapq.heapify(self._active_heap)
+            self.heap_rebuilds[ACTIVE] += 1
         self._wakeup.set()
 
     def _push_backoff(self, pod: QueuedPod[T]) -> None:
@@ -454,6 +458,7 @@ class SchedulingQueue(Generic[T]):
                 (self.backoff_expiry(p), k, s) for k, (s, p) in self._backoff.items()
             ]
             heapq.heapify(self._backoff_heap)
+            self.heap_rebuilds[BACKOFF] += 1
         # A waiting pop may now have an earlier backoff expiry to wake up for.
         self._wakeup.set()
 

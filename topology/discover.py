@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 
 from topology.domains import NodeTopology, TopologyError, format_domains
+from topology.text import clip, quote
 
 SELF_LINK = "X"
 """Diagonal cell: a device's link to itself."""
@@ -74,10 +75,10 @@ def _header_columns(line: str, line_number: int) -> tuple[list[str], dict[int, i
             raise _fail(f"line {line_number}: header names GPU{gpu} twice")
         gpu_columns[gpu] = position
     if not gpu_columns:
-        raise _fail(f"line {line_number}: header {line.strip()!r} has no GPU<i> columns")
+        raise _fail(f"line {line_number}: header {quote(line.strip())} has no GPU<i> columns")
     expected = set(range(len(gpu_columns)))
     if set(gpu_columns) != expected:
-        names = ", ".join(f"GPU{gpu}" for gpu in sorted(gpu_columns))
+        names = clip(", ".join(f"GPU{gpu}" for gpu in sorted(gpu_columns)))
         raise _fail(f"line {line_number}: header GPU columns {names} are not GPU0..GPU{{n-1}}")
     if len(set(devices)) != len(devices):
         raise _fail(f"line {line_number}: header repeats a device column")
@@ -99,7 +100,7 @@ def _matrix_rows(
         cells = _cells(line)
         label = cells[0]
         if label not in known_devices:
-            raise _fail(f"line {line_number}: row {label!r} is not a device of the header")
+            raise _fail(f"line {line_number}: row {quote(label)} is not a device of the header")
         match = _GPU_LABEL_RE.match(label)
         if match is None:
             continue
@@ -130,17 +131,19 @@ def _nvlink_pairs(
             cell = links[gpu_columns[peer]]
             if peer == gpu:
                 if cell != SELF_LINK:
-                    raise _fail(f"line {line_number}: GPU{gpu} to itself is {cell!r}, not 'X'")
+                    raise _fail(f"line {line_number}: GPU{gpu} to itself is {quote(cell)}, not 'X'")
                 continue
             is_nvlink = _NVLINK_RE.match(cell) is not None
             if not is_nvlink and cell not in NON_NVLINK_LINKS:
-                raise _fail(f"line {line_number}: unknown link {cell!r} from GPU{gpu} to GPU{peer}")
+                raise _fail(
+                    f"line {line_number}: unknown link {quote(cell)} from GPU{gpu} to GPU{peer}"
+                )
             peer_line, peer_links = rows[peer]
             reverse = peer_links[gpu_columns[gpu]]
             if is_nvlink != (_NVLINK_RE.match(reverse) is not None):
                 raise _fail(
                     f"lines {line_number} and {peer_line}: asymmetric link, GPU{gpu} to "
-                    f"GPU{peer} is {cell!r} but GPU{peer} to GPU{gpu} is {reverse!r}"
+                    f"GPU{peer} is {quote(cell)} but GPU{peer} to GPU{gpu} is {quote(reverse)}"
                 )
             if is_nvlink and gpu < peer:
                 pairs.append((gpu, peer))

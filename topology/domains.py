@@ -37,6 +37,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from topology.text import clip, index_list
+
 NVLINK_DOMAINS_ANNOTATION = "gpu-scheduler.io/nvlink-domains"
 """Node annotation that lists the node's NVLink domains, e.g. ``"0-3,4-7"``."""
 
@@ -152,7 +154,8 @@ class DomainsResult:
 
 
 def _fail(value: str, problem: str) -> TopologyError:
-    return TopologyError(f'{NVLINK_DOMAINS_ANNOTATION} "{value}": {problem}')
+    """The error for annotation `value`; the value is echoed cut to `topology.text.MAX_ECHO`."""
+    return TopologyError(f'{NVLINK_DOMAINS_ANNOTATION} "{clip(value)}": {problem}')
 
 
 def parse_domains(annotation: str, gpu_count: int) -> NodeTopology:
@@ -173,7 +176,7 @@ def parse_domains(annotation: str, gpu_count: int) -> NodeTopology:
     for position, token in enumerate(annotation.split(GROUP_SEPARATOR)):
         match = _GROUP_RE.match(token)
         if match is None:
-            problem = "empty group" if not token.strip() else f'group "{token.strip()}"'
+            problem = "empty group" if not token.strip() else f'group "{clip(token.strip())}"'
             raise _fail(annotation, f"{problem} is not an index or a range like 0-3")
         first = int(match.group(1))
         last = first if match.group(2) is None else int(match.group(2))
@@ -192,7 +195,7 @@ def parse_domains(annotation: str, gpu_count: int) -> NodeTopology:
         domains.append(tuple(range(first, last + 1)))
     missing = [gpu for gpu in range(gpu_count) if gpu not in owner]
     if missing:
-        listed = ",".join(str(gpu) for gpu in missing)
+        listed = index_list(missing)
         subject = f"GPU {listed} is" if len(missing) == 1 else f"GPUs {listed} are"
         raise _fail(annotation, f"{subject} in no domain (node has {gpu_count} GPUs)")
     return NodeTopology(gpu_count, tuple(sorted(domains)))

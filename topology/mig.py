@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from topology.domains import TopologyError
+from topology.text import quote
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 """Prefix of every MIG extended resource."""
@@ -73,35 +74,42 @@ def parse_mig_profile(resource_key: str) -> MigProfile:
     zero memory.
     """
     if not is_mig_resource(resource_key):
-        raise TopologyError(f"resource {resource_key!r} is not a MIG resource")
+        raise TopologyError(f"resource {quote(resource_key)} is not a MIG resource")
     match = _PROFILE_RE.match(resource_key[len(MIG_RESOURCE_PREFIX) :])
     if match is None:
         raise TopologyError(
-            f"resource {resource_key!r}: MIG profile is not <g>g.<mem>gb[+ext], e.g. 1g.18gb"
+            f"resource {quote(resource_key)}: MIG profile is not <g>g.<mem>gb[+ext], e.g. 1g.18gb"
         )
     slices, memory = int(match.group(1)), int(match.group(2))
     if slices not in VALID_COMPUTE_SLICES:
         allowed = ", ".join(str(s) for s in sorted(VALID_COMPUTE_SLICES))
         raise TopologyError(
-            f"resource {resource_key!r}: {slices} compute slices is not one of {allowed}"
+            f"resource {quote(resource_key)}: {slices} compute slices is not one of {allowed}"
         )
     if memory < 1:
-        raise TopologyError(f"resource {resource_key!r}: MIG profile has no memory")
+        raise TopologyError(f"resource {quote(resource_key)}: MIG profile has no memory")
     return MigProfile(slices, memory, match.group(3) or "")
 
 
 def _quantity(resource_key: str, value: int | str) -> int:
-    """A whole, non-negative resource count from an int or a decimal string."""
-    if isinstance(value, bool):
-        raise TopologyError(f"resource {resource_key!r}: quantity {value!r} is not a count")
+    """A whole, non-negative resource count below 10**MAX_QUANTITY_DIGITS from an int or a
+    decimal string; `TopologyError` for anything else (a float, a huge int ...)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TopologyError(
+            f"resource {quote(resource_key)}: quantity {quote(value)} is not a count"
+        )
     if isinstance(value, int):
         count = value
     elif _QUANTITY_RE.match(value.strip()):
         count = int(value.strip())
     else:
-        raise TopologyError(f"resource {resource_key!r}: quantity {value!r} is not a count")
+        raise TopologyError(
+            f"resource {quote(resource_key)}: quantity {quote(value)} is not a count"
+        )
     if count < 0:
-        raise TopologyError(f"resource {resource_key!r}: quantity {count} is negative")
+        raise TopologyError(f"resource {quote(resource_key)}: quantity {quote(count)} is negative")
+    if count >= 10**MAX_QUANTITY_DIGITS:
+        raise TopologyError(f"resource {quote(resource_key)}: quantity {quote(count)} is too large")
     return count
 
 

@@ -238,7 +238,7 @@ def score_nodes(
         w.single_domain_fit + np.where(exact, w.exact_domain_fit, 0.0),
         w.per_extra_domain * (spanned - 1),
     )
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore"):  # a node without GPUs: g / 0 = inf, sorted out below
         share = g / total  # share: (nodes,)
         utilization = (used + g) / total  # utilization: (nodes,)
     matching = np.select(  # matching: (nodes,)
@@ -286,10 +286,10 @@ def normalize(
     """Map raw scores (nodes,) to 0..100 by the two-anchor line, clipped; NaN stays NaN."""
     points = np.asarray(raw, dtype=np.float64)  # points: (nodes,)
     n = normalization
-    with np.errstate(invalid="ignore"):
-        # Multiply before dividing so the anchors map exactly (250 -> 92.0, 40 -> 31.0).
-        rise = (points - n.raw_low) * (n.normalized_high - n.normalized_low)  # rise: (nodes,)
-        scaled = n.normalized_low + rise / (n.raw_high - n.raw_low)  # scaled: (nodes,)
+    # Multiply before dividing so the anchors map exactly (250 -> 92.0, 40 -> 31.0). NaN
+    # propagates quietly (no numpy warning).
+    rise = (points - n.raw_low) * (n.normalized_high - n.normalized_low)  # rise: (nodes,)
+    scaled = n.normalized_low + rise / (n.raw_high - n.raw_low)  # scaled: (nodes,)
     return np.clip(scaled, MIN_SCORE, MAX_SCORE)  # (nodes,)
 
 

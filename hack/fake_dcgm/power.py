@@ -5,7 +5,7 @@ but runs no kernels) up to ``max_w`` at 100 %. A GPU that no process holds draws
 ``no_process_w``, less than ``idle_w`` (the driver lowers clocks once no context exists).
 
 The H200 numbers are the means measured on a real H200 in
-/work/shared/data/h200-gpu-trace/README.md: no process 77 W, idle holder 118 W, steady
+tests/data/h200/README.md: no process 77 W, idle holder 118 W, steady
 bf16 matmuls 690 W. Other products use round datasheet-like values with ``no_process_w`` at
 0.65 x ``idle_w`` (the H200's measured ratio, 77 / 118).
 """

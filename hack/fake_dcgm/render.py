@@ -27,7 +27,7 @@ from hack.fake_dcgm.holders import Holder, MigInstance
 from hack.fake_dcgm.model import GpuKey, PhysicalGpu, Reading, mean_util
 
 UUID_NAMESPACE = uuid.UUID("6f1c2a52-3c1e-4d4b-9a43-5b0d6c1f7e21")
-DEFAULT_DRIVER_VERSION = "580.159.04"  # the H200 of /work/shared/data/h200-gpu-trace
+DEFAULT_DRIVER_VERSION = "580.159.04"  # the H200 of tests/data/h200
 
 Labels = tuple[tuple[str, str], ...]
 

@@ -48,8 +48,7 @@ from hack.localcluster.pki import Pki, write_pki
 from hack.localcluster.processes import ProcessGroup
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
-DEFAULT_TRACE = DEFAULT_DATA_DIR / "h200-gpu-trace" / "gpu-util-trace.csv"
+DEFAULT_TRACE = REPO_ROOT / "tests" / "data" / "h200" / "gpu-util-trace.csv"
 
 # kube-controller-manager controllers: namespaces and service accounts (pods need their
 # `default` ServiceAccount), garbage collection, PDB status (disruption), node lifecycle (it removes
@@ -424,3 +423,31 @@ class LocalCluster:
         self.processes.wait_ready(
             component, lambda: _http_ok(f"{self.prometheus_url}/-/ready"), READY_TIMEOUT_S
         )
+
+
+def restart_component(cluster: LocalCluster, name: str) -> None:
+    """Stop one running component (SIGTERM, SIGKILL after the grace period) and start it again
+    with the same command line, so on the same port, then wait until it is ready. Supported:
+    kube-apiserver, etcd and prometheus (their readiness probes are known here). Raises
+    ComponentError when it does not come back, KeyError for an unknown or stopped name."""
+
+    def secure_healthz(component: str) -> bool:
+        argv = next(c.argv for c in cluster.processes.components if c.name == component)
+        port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+        insecure = ssl._create_unverified_context()  # a self-signed serving cert, loopback only
+        return _http_ok(f"https://127.0.0.1:{port}/healthz", insecure)
+
+    probes = {
+        "kube-apiserver": lambda: _http_ok(f"{cluster.server}/readyz", cluster.tls_context()),
+        "kube-controller-manager": lambda: secure_healthz("kube-controller-manager"),
+        "etcd": lambda: _http_ok(f"{cluster.etcd_url}/health"),
+        "prometheus": lambda: _http_ok(f"{cluster.prometheus_url}/-/ready"),
+    }
+    components = cluster.processes.components
+    index = next(i for i, c in enumerate(components) if c.name == name and c.alive())
+    old = components[index]
+    old.stop()
+    new = cluster.processes.start(name, old.argv)
+    components.pop()  # keep the start order, so stop() still goes newest first
+    components[index] = new
+    cluster.processes.wait_ready(new, probes[name], READY_TIMEOUT_S)

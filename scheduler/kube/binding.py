@@ -6,16 +6,19 @@ GPU indices and NVLink domain the scheduler chose land on the pod atomically wit
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.kube.apierrors import api_call, expect_success
+from scheduler.kube.apierrors import APINotFoundError, api_call, expect_success
 
 CONDITION_TYPE = "PodScheduled"
 UNSCHEDULABLE_REASON = "Unschedulable"
+SCHEDULING_GATED_REASON = "SchedulingGated"
+SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 
 async def bind_pod(
@@ -60,12 +63,13 @@ async def set_unschedulable(
     message: str,
     timeout: float = 30.0,
     uid: str = "",
+    reason: str = UNSCHEDULABLE_REASON,
 ) -> None:
-    """Set PodScheduled=False, reason Unschedulable, with the FitError message (what
-    cluster-autoscaler and Karpenter look for). Raises the typed `APIError` on any failure
-    (an HTTP error answer included). With `uid`, the patch applies only to that pod: for a pod
-    re-created under the same name the API server refuses it (422: metadata.uid is
-    immutable) instead of marking the new pod with its predecessor's message."""
+    """Set PodScheduled=False, reason Unschedulable (or `reason`, e.g. SchedulingGated), with
+    the FitError message (what cluster-autoscaler and Karpenter look for). Raises the typed
+    `APIError` on any failure (an HTTP error answer included). With `uid`, the patch applies
+    only to that pod: for a pod re-created under the same name the API server refuses it (422:
+    metadata.uid is immutable) instead of marking the new pod with its predecessor's message."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     patch: dict[str, Any] = {
         "status": {
@@ -73,7 +77,7 @@ async def set_unschedulable(
                 {
                     "type": CONDITION_TYPE,
                     "status": "False",
-                    "reason": UNSCHEDULABLE_REASON,
+                    "reason": reason,
                     "message": message,
                     "lastTransitionTime": now,
                     "lastProbeTime": None,
@@ -89,3 +93,23 @@ async def set_unschedulable(
             name, namespace, cast(Any, patch), _preload_content=False, _request_timeout=timeout
         )
     await expect_success(response, what)
+
+
+async def read_binding(
+    core_api: client.CoreV1Api, namespace: str, name: str, timeout: float
+) -> tuple[str, str] | None:
+    """The pod's (UID, spec.nodeName) as the API server has it now ("" when unbound), or None
+    when no pod of that name exists. Used after a Binding whose answer was lost: whether it
+    landed is read back, not guessed. Raises the typed `APIError` on any other failure."""
+    what = f"reading pod {namespace}/{name}"
+    async with api_call(what):
+        response = await core_api.read_namespaced_pod(
+            name, namespace, _preload_content=False, _request_timeout=timeout
+        )
+    try:
+        body = await expect_success(response, what)
+    except APINotFoundError:
+        return None
+    pod = json.loads(body)
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return str(metadata.get("uid") or ""), str(spec.get("nodeName") or "")

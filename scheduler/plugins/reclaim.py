@@ -595,6 +595,11 @@ class Reclaimer:
                 or state.info.terminating
             ):
                 return f"victim {victim.pod.key} is gone or changed"
+        return self._room_gone(pod, plan)
+
+    def _room_gone(self, pod: PodInfo, plan: Plan) -> str | None:
+        """Why the preemptor would no longer fit on the plan's node once all its victims are
+        gone (None when it would): e.g. another scheduler's pod took the room meanwhile."""
         if not self._fits_without(pod, plan.node, frozenset(v.pod.key for v in plan.victims)):
             return f"the pod no longer fits on node {plan.node} without the victims"
         return None
@@ -635,7 +640,9 @@ class Reclaimer:
                 if placed is not None and placed.node == node:
                     log.info("reclaim_preemptor_placed", preemptor=pod.key, node=node)
                     return node  # it fits already: the other victims are spared
-                why = self._preemptor_stale(pod)
+                # Checked again before every eviction: the awaits before it (nomination, the
+                # previous eviction) let the cache move on.
+                why = self._preemptor_stale(pod) or self._room_gone(pod, plan)
                 if why is not None:
                     self._stop_stale(pod, plan, why)
                     return None

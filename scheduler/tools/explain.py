@@ -34,6 +34,7 @@ from scheduler.objects import parse_node, parse_pod
 from scheduler.plugins.node_affinity import NAME as AFFINITY
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.nvlink import NVLink
+from scheduler.plugins.unsupported import unsupported_reasons
 
 COMPONENTS = ("base", "domain_integrity", "node_matching", "domain_completion", "efficiency")
 JsonObject = dict[str, Any]
@@ -99,6 +100,10 @@ def explain(
         for item in rows:
             item["reasons"] = [f"pod has invalid fields: {e}" for e in pod.errors]
             item["feasible"] = False
+    elif pod.unsupported:  # the cycle does not place it either: say why, on every node
+        for item in rows:
+            item["reasons"] = unsupported_reasons(pod.unsupported)
+            item["feasible"] = False
     return rows
 
 
@@ -134,15 +139,28 @@ def render_table(rows: list[JsonObject]) -> str:
 
 
 def load_dump(path: Path) -> list[JsonObject]:
-    """Objects of a `kubectl get ... -o yaml` List (or a single object, or a YAML stream)."""
-    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    """Objects of a `kubectl get ... -o yaml` List (or a single object, or a YAML stream).
+
+    Raises OSError, yaml.YAMLError, or ValueError naming the file for anything that is not
+    YAML mappings (nesting too deep for the parser included)."""
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    except RecursionError:
+        raise ValueError(f"{path}: YAML nested too deeply") from None
     objects: list[JsonObject] = []
     for document in documents:
         if not isinstance(document, dict):
             raise ValueError(f"{path}: expected Kubernetes objects, got {type(document).__name__}")
-        if document.get("kind", "").endswith("List") or "items" in document:
-            for item in document.get("items") or []:
-                kind = item.get("kind") or document.get("kind", "").removesuffix("List")
+        list_kind = document.get("kind")
+        list_kind = list_kind if isinstance(list_kind, str) else ""
+        if list_kind.endswith("List") or "items" in document:
+            items = document.get("items") or []
+            if not isinstance(items, list):
+                raise ValueError(f"{path}: items is a {type(items).__name__}, not a list")
+            for item in items:
+                if not isinstance(item, dict):
+                    raise ValueError(f"{path}: an item is a {type(item).__name__}, not an object")
+                kind = item.get("kind") or list_kind.removesuffix("List")
                 objects.append({**item, "kind": kind})
         else:
             objects.append(document)

@@ -52,6 +52,7 @@ import yaml
 from scheduler.objects import GPU_RESOURCE
 from scheduler.quantity import QuantityError, base_units, cpu_millis
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, TopologyError, parse_domains
+from topology.text import clip, quote
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -191,8 +192,8 @@ def _integer(row: Mapping[str, str | None], column: str, where: str) -> int:
     text = (row.get(column) or "").strip()
     try:
         value = int(float(text)) if text else 0
-    except ValueError as error:
-        raise TraceError(f"{where}: {column} {text!r} is not a number") from error
+    except (ValueError, OverflowError) as error:  # "x"; "inf", "1e400"
+        raise TraceError(f"{where}: {column} {quote(text)} is not a number") from error
     if value < 0:
         raise TraceError(f"{where}: {column} must not be negative, got {value}")
     return value
@@ -258,7 +259,9 @@ def _yaml_entries(path: Path, key: str) -> list[tuple[str, Mapping[str, Any]]]:
     try:
         document = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
-        raise TraceError(f"{path}: not valid YAML: {error}") from error
+        raise TraceError(f"{path}: not valid YAML: {clip(str(error), 400)}") from error
+    except (ValueError, RecursionError) as error:  # an int of > 4300 digits; deep nesting
+        raise TraceError(f"{path}: not usable YAML: {clip(str(error), 200)}") from None
     if not isinstance(document, Mapping) or not isinstance(document.get(key), list):
         raise TraceError(f"{path}: expected a mapping with a list under {key!r}")
     entries = []
@@ -284,14 +287,14 @@ def _yaml_quantity(entry: Mapping[str, Any], field: str, where: str) -> str:
     except QuantityError as error:
         raise TraceError(f"{where}: {field}: {error}") from error
     if amount < 0:
-        raise TraceError(f"{where}: {field} must not be negative, got {text!r}")
+        raise TraceError(f"{where}: {field} must not be negative, got {quote(text)}")
     return text
 
 
 def _yaml_count(entry: Mapping[str, Any], field: str, where: str) -> int:
     value = entry.get(field, 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TraceError(f"{where}: {field} must be a non-negative integer, got {value!r}")
+        raise TraceError(f"{where}: {field} must be a non-negative integer, got {quote(value)}")
     return value
 
 
@@ -354,7 +357,7 @@ def _unique(names: list[str], path: Path, kind: str) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise TraceError(f"{path}: {kind} {name!r} is listed twice")
+            raise TraceError(f"{path}: {kind} {quote(name)} is listed twice")
         seen.add(name)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from kubernetes_asyncio import client
@@ -49,11 +50,14 @@ async def test_bad_pods_and_nodes_are_reported_and_scheduling_goes_on(
         events = client.EventsV1Api(core_api.api_client)
 
         async def node_event() -> str | None:
-            found = await events.list_event_for_all_namespaces(
-                field_selector=f"regarding.name={broken_node}"
+            # Raw JSON: other components' node events have no eventTime, which the typed
+            # model refuses to deserialize.
+            response = await events.list_event_for_all_namespaces(
+                field_selector=f"regarding.name={broken_node}", _preload_content=False
             )
-            notes = [e.note for e in found.items if e.reason == "InvalidNodeTopology"]
-            return notes[0] if notes else None
+            items = json.loads(await response.read())["items"]
+            notes = [e["note"] for e in items if e.get("reason") == "InvalidNodeTopology"]
+            return str(notes[0]) if notes else None
 
         note = await eventually(node_event, what="an InvalidNodeTopology event on the node")
         assert "gpu-scheduler.io/nvlink-domains" in note and "default layout" in note

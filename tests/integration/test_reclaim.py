@@ -123,20 +123,23 @@ async def preemptor(
 
 
 async def samples_for(prometheus_url: str, namespace: str, pods: list[str]) -> None:
-    """Wait until Prometheus holds a full window of utilization samples for every pod."""
+    """Wait until Prometheus holds a full window of utilization samples for every pod, and a
+    little more: the idle verdict judges only samples taken after a pod started, so a pod must
+    have held its GPU for longer than the window (the exporter shows it only once bound)."""
+    span = WINDOW_S + 3
 
     async def full() -> bool:
         async with aiohttp.ClientSession() as session:
             for pod in pods:
                 query = (
                     f'count_over_time(DCGM_FI_DEV_GPU_UTIL{{namespace="{namespace}",'
-                    f'pod="{pod}"}}[{WINDOW_S}s])'
+                    f'pod="{pod}"}}[{span}s])'
                 )
                 async with session.get(
                     f"{prometheus_url}/api/v1/query", params={"query": query}
                 ) as response:
                     result = (await response.json())["data"]["result"]
-                if not result or float(result[0]["value"][1]) < WINDOW_S:
+                if not result or float(result[0]["value"][1]) < span - 1:
                     return False
         return True
 

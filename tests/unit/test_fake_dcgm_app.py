@@ -20,10 +20,12 @@ from hack.fake_dcgm.exporter import Exporter
 from hack.fake_dcgm.holders import Json
 from hack.fake_dcgm.server import Options, running
 from hack.fake_dcgm.source import ApiSource, SourceError, StaticSource, refresh_once
+from tests.datasets import H200_TRACE_CSV
 from tests.unit.test_fake_dcgm_builders import USAGE, node, pod
 
 REPO = Path(__file__).resolve().parents[2]
-TRACE_CSV = Path("/work/shared/data/h200-gpu-trace/gpu-util-trace.csv")
+
+TRACE_CSV = H200_TRACE_CSV
 
 
 async def _get(url: str) -> tuple[int, str, str]:

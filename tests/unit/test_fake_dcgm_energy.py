@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,9 +11,10 @@ from hack.fake_dcgm.holders import assign
 from hack.fake_dcgm.model import EnergyMeter, Fleet, PhysicalGpu, build_fleet
 from hack.fake_dcgm.power import H200, UNKNOWN, model_for
 from hack.fake_dcgm.trace import load_trace
+from tests.datasets import H200_TRACE_CSV
 from tests.unit.test_fake_dcgm_builders import FB, USAGE, Json, node, pod
 
-TRACE_CSV = Path("/work/shared/data/h200-gpu-trace/gpu-util-trace.csv")
+TRACE_CSV = H200_TRACE_CSV
 CREATED = "2026-01-01T00:00:00Z"
 T0 = 1767225600.0  # CREATED as epoch seconds
 

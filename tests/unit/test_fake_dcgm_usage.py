@@ -22,8 +22,9 @@ from hack.fake_dcgm.usage import (
     parse_fb_used,
     parse_usage,
 )
+from tests.datasets import H200_TRACE_CSV
 
-TRACE_CSV = Path("/work/shared/data/h200-gpu-trace/gpu-util-trace.csv")
+TRACE_CSV = H200_TRACE_CSV
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from hack.bench.reclaim_tuning import main, median_interval, read_duty, tune
+from tests.datasets import SMALL_GENAI_DUTY_CSV, external_dataset
 
-ALIBABA = Path("/work/shared/data/alibaba-genai-v2026/pod_gpu_duty_cycle_anon.tar.gz")
+GENAI = "alibaba-genai-v2026"
+DUTY_ARCHIVE = "pod_gpu_duty_cycle_anon.tar.gz"
 STEP_S = 60.0
 SAMPLES = 180
 END_S = STEP_S * (SAMPLES - 1)  # 10740 s
@@ -26,19 +28,30 @@ def duty_shapes() -> dict[str, list[float]]:
     }
 
 
+def archive(path: Path, data: bytes) -> Path:
+    """`data` as the duty-cycle CSV member of a tar.gz at `path`, like the trace ships it."""
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("pod_gpu_duty_cycle_anon.csv")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
 @pytest.fixture
 def synthetic(tmp_path: Path) -> Path:
     rows = ["value,timestamp_anon,container_ip"]
     for index in reversed(range(SAMPLES)):  # out of order on purpose
         for pod, values in duty_shapes().items():
             rows.append(f"{values[index]},{1_000_000 + index * STEP_S},{pod}")
-    data = ("\n".join(rows) + "\n").encode()
-    path = tmp_path / "duty.tar.gz"
-    with tarfile.open(path, "w:gz") as archive:
-        info = tarfile.TarInfo("pod_gpu_duty_cycle_anon.csv")
-        info.size = len(data)
-        archive.addfile(info, io.BytesIO(data))
-    return path
+    return archive(tmp_path / "duty.tar.gz", ("\n".join(rows) + "\n").encode())
+
+
+@pytest.fixture(params=["small", "alibaba"])
+def duty_trace(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The repository's small stand-in (tests/data/make_small.py), then the real GenAI trace."""
+    if request.param == "small":
+        return archive(tmp_path / "small.tar.gz", SMALL_GENAI_DUTY_CSV.read_bytes())
+    return external_dataset(GENAI, DUTY_ARCHIVE) / DUTY_ARCHIVE
 
 
 def hours(first_idle_index: int) -> float:
@@ -83,12 +96,11 @@ def test_cli_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "missing.tar.gz" in capsys.readouterr().err
 
 
-def test_real_trace_is_monotone() -> None:
-    if not ALIBABA.exists():
-        pytest.skip(f"{ALIBABA} not present")
-    traces = read_duty(ALIBABA)
+def test_trace_is_monotone(duty_trace: Path) -> None:
+    traces = read_duty(duty_trace)
     report = tune(traces, [5.0, 10.0, 20.0], [30, 60], median_interval(traces))
-    assert report.pods == len(traces) > 100
+    assert report.pods == len(traces) > (100 if duty_trace.name == DUTY_ARCHIVE else 4)
+    assert any(row.reclaimable_gpu_hours > 0 for row in report.rows)
     table = {(r.threshold_pct, r.window_min): r for r in report.rows}
     for window in (30, 60):
         hours = [table[(t, window)].reclaimable_gpu_hours for t in (5.0, 10.0, 20.0)]

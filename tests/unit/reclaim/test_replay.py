@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from reclaim.replay import add_reclaim_parser, run_replay
+from tests.datasets import H200_TRACE_CSV
 
-H200_CSV = Path("/work/shared/data/h200-gpu-trace/gpu-util-trace.csv")
+H200_CSV = H200_TRACE_CSV
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -29,8 +30,6 @@ def replay_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, dic
 
 @pytest.fixture
 def h200() -> Path:
-    if not H200_CSV.exists():
-        pytest.skip(f"{H200_CSV} not present")
     return H200_CSV
 
 

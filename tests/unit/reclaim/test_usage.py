@@ -6,7 +6,6 @@ import csv
 import dataclasses
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,8 +25,9 @@ from reclaim.usage import (
     idle_verdict,
     window_from_samples,
 )
+from tests.datasets import H200_TRACE_CSV
 
-H200_CSV = Path("/work/shared/data/h200-gpu-trace/gpu-util-trace.csv")
+H200_CSV = H200_TRACE_CSV
 MODEL = "NVIDIA H200"
 REPLAY_MODELS = {MODEL: PowerModel(idle_w=120.0, max_w=700.0)}
 INTERVAL_S = 1.0
@@ -40,8 +40,6 @@ Phases = Mapping[str, dict[str, FloatArray]]
 
 @pytest.fixture(scope="module")
 def h200_phases() -> Phases:
-    if not H200_CSV.exists():
-        pytest.skip(f"{H200_CSV} not present")
     phases: dict[str, dict[str, list[float]]] = {}
     with H200_CSV.open(newline="") as handle:
         for row in csv.DictReader(handle):

@@ -42,6 +42,12 @@ class FakeResponse:
         self._body = json.dumps(body).encode()
         self.released = False
 
+    @classmethod
+    def json(cls, status: int, body: dict[str, Any]) -> FakeResponse:
+        response = cls(status)
+        response._body = json.dumps(body).encode()
+        return response
+
     async def read(self) -> bytes:
         return self._body
 
@@ -69,6 +75,20 @@ class FakeCoreV1:
     bind_gate: asyncio.Event | None = None
     bindings: list[dict[str, Any]] = field(default_factory=list)
     patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    read_outcomes: list[Outcome | dict[str, Any]] = field(default_factory=list)
+    """Answers of pod reads: a pod object (200), or an Outcome; with the list empty, the pod
+    of the last Binding, unbound (the Binding did not land)."""
+    reads: int = 0
+
+    async def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> FakeResponse:
+        self.reads += 1
+        outcome = self.read_outcomes.pop(0) if self.read_outcomes else None
+        if isinstance(outcome, dict):
+            return FakeResponse.json(200, outcome)
+        if outcome is not None:
+            return await _answer([outcome], None, 200)
+        uid = self.bindings[-1]["metadata"]["uid"] if self.bindings else ""
+        return FakeResponse.json(200, {"metadata": {"name": name, "uid": uid}, "spec": {}})
 
     async def create_namespaced_pod_binding(
         self, name: str, namespace: str, body: dict[str, Any], **_: Any

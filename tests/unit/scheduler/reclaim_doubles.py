@@ -97,9 +97,9 @@ def pdb(name: str, labels: Mapping[str, str], allowed: int, namespace: str = "de
     }
 
 
-def idle_window(window_s: float) -> GpuWindow:
+def idle_window(window_s: float, gpu: str = "0") -> GpuWindow:
     """One GPU drawing idle power for the whole window: idle by the verdict."""
-    return GpuWindow("0", "NVIDIA H200", window_s, power_samples=100, power_mean_w=100.0)
+    return GpuWindow(gpu, "NVIDIA H200", window_s, power_samples=100, power_mean_w=100.0)
 
 
 class Usage:
@@ -112,6 +112,8 @@ class Usage:
         self.asked: list[tuple[float, list[tuple[str, str]]]] = []
         self.options: list[dict[str, Any]] = []
         """The keyword options of each query, in order."""
+        self.gpus: dict[str, int] = {}
+        """Pod name -> how many GPUs it holds (one idle window each); 1 when not listed."""
 
     async def usage_windows(
         self,
@@ -125,7 +127,10 @@ class Usage:
             self.during()
         if window_s in self.fail:
             raise self.fail[window_s]
-        return {pod: [idle_window(window_s)] for pod in pods}
+        return {
+            pod: [idle_window(window_s, str(g)) for g in range(self.gpus.get(pod[1], 1))]
+            for pod in pods
+        }
 
 
 @dataclass
@@ -154,6 +159,8 @@ class Api:
     nominated: list[tuple[str, str]] = field(default_factory=list)
     results: dict[str, EvictionResult] = field(default_factory=dict)
     on_evict: Callable[[str], None] | None = None
+    on_nominate: Callable[[str], None] | None = None
+    """Runs while the nomination is in flight (to change the cluster before the evictions)."""
 
     async def evict(
         self, core: Any, namespace: str, name: str, uid: str, timeout: float = 10.0
@@ -166,6 +173,8 @@ class Api:
 
     async def nominate(self, core: Any, namespace: str, name: str, node: str) -> None:
         self.nominated.append((name, node))
+        if self.on_nominate is not None:
+            self.on_nominate(node)
 
 
 @dataclass

@@ -253,8 +253,10 @@ def test_daemon_profile_plugins() -> None:
         "NodeUnschedulable",
         "TaintToleration",
         "NodeAffinity",
+        "NodePorts",
         "NodeResourcesFit",
         "NVLink",
+        "PodTopologySpread",
         "InterPodAffinity",
     ]
     assert [p.name for p in framework.scores] == [
@@ -262,6 +264,7 @@ def test_daemon_profile_plugins() -> None:
         "NodeAffinity",
         "InterPodAffinity",
         "GpuFragmentation",
+        "PodTopologySpread",
     ]
 
 

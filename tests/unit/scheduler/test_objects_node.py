@@ -69,9 +69,16 @@ def test_bad_mig_quantity_is_reported() -> None:
     assert dict(node.mig) == {}
 
 
-def test_unknown_extended_resources_are_ignored() -> None:
-    node = parse_node(make_node(mig={"example.com/fpga": "nonsense"}))
+def test_extended_resources_are_read_as_scalars() -> None:
+    node = parse_node(make_node(mig={"example.com/fpga": "2", "hugepages-2Mi": "4Mi"}))
     assert node.errors == ()
+    assert node.scalar == {"example.com/fpga": 2, "hugepages-2Mi": 4 * 2**20}
+
+
+def test_unparseable_extended_resource_is_reported_and_offers_nothing() -> None:
+    node = parse_node(make_node(mig={"example.com/fpga": "nonsense"}))
+    assert [e.field for e in node.errors] == ["status.allocatable.example.com/fpga"]
+    assert "example.com/fpga" not in node.scalar
 
 
 @pytest.mark.parametrize(

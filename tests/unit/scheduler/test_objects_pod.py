@@ -117,9 +117,9 @@ def test_requests_vector_is_int64_in_resource_order() -> None:
         pytest.param({"limits": {"nvidia.com/gpu": "2"}}, 2, id="limit-only"),
         pytest.param({"requests": {"nvidia.com/gpu": 3}}, 3, id="request-only-int"),
         pytest.param(
-            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "4"}},
-            1,
-            id="request-wins-over-limit",
+            {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": 2}},
+            2,
+            id="request-equals-limit",
         ),
         pytest.param({"limits": {"cpu": "1", "memory": "1Gi"}}, 0, id="cpu-limit-no-gpu"),
     ],

@@ -391,3 +391,20 @@ async def test_queries_carry_start_uid_and_scrape_interval_of_each_victim(
     assert all(isinstance(moment, float) and moment > 0 for moment in started.values())
     interval = rig.reclaimer.settings.scrape_interval_seconds
     assert options["scrape_interval_s"] == interval
+
+
+async def test_room_taken_while_the_nomination_is_in_flight_evicts_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan held when it was checked; during the nomination another scheduler's pod took
+    the free GPUs it counted on. Evicting the idle pod now would free room for nobody."""
+    node = make_node("a", gpus=4, domains="0-1,2-3")
+    cache = cluster(node, pods=[victim_pod("va", "a", gpus=2, gpu_indices="0,1")])
+    rig = make_rig(monkeypatch, cache)
+    rig.usage.gpus["va"] = 2
+    intruder = parse_pod(make_pod("intruder", gpus=2, node="a", gpu_indices="2,3"))
+    rig.api.on_nominate = lambda _node: rig.cache.add_pod(intruder)
+    assert await rig.attempt(parse_pod(pending_pod(gpus=4))) is None
+    assert rig.api.nominated == [("preemptor", "a")]
+    assert rig.api.evicted == []
+    assert rig.reclaimer.stats.skips["stale_plan"] == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ from scheduler.tools.simulate_trace import (
     read_nodes,
     read_pods,
 )
+from tests.datasets import SMALL_OPENB_DIR, external_dataset
 
-DATA = Path("/work/shared/data/alibaba-gpu-v2023")
+OPENB = "alibaba-gpu-v2023"
 REQUIRED_KEYS = {
     "policy",
     "gpus_total",
@@ -169,13 +171,39 @@ def test_best_fit_prefers_fewest_free_gpus_then_fewest_free_cpu() -> None:
 # -- inputs ------------------------------------------------------------------------------------
 
 
-def test_openb_node_lists() -> None:
-    gpu_nodes = {n.name: n for n in read_nodes(DATA / "openb_node_list_gpu_node.csv")}
+@pytest.fixture
+def openb() -> Path:
+    """The openb trace's directory (external: skipped or failed when absent, see tests.datasets)."""
+    return external_dataset(
+        OPENB,
+        "openb_node_list_gpu_node.csv",
+        "openb_node_list_all_node.csv",
+        "openb_pod_list_default.csv",
+        "openb_pod_list_gpuspec33.csv",
+        "openb_pod_list_multigpu50.csv",
+    )
+
+
+@pytest.fixture(params=["small", "openb"])
+def trace_dir(request: pytest.FixtureRequest) -> Path:
+    """The small stand-in in the repository, then the real openb trace."""
+    if request.param == "small":
+        return SMALL_OPENB_DIR
+    return Path(request.getfixturevalue("openb"))
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_openb_node_lists(openb: Path) -> None:
+    gpu_nodes = {n.name: n for n in read_nodes(openb / "openb_node_list_gpu_node.csv")}
     assert len(gpu_nodes) == 1213
     assert gpu_nodes["openb-node-0000"] == TraceNode(
         "openb-node-0000", "64000m", "262144Mi", 2, "P100"
     )
-    all_nodes = read_nodes(DATA / "openb_node_list_all_node.csv")
+    all_nodes = read_nodes(openb / "openb_node_list_all_node.csv")
     assert len(all_nodes) == 1523
     assert sum(n.gpus for n in all_nodes) == 6212
     assert all_nodes[0] == TraceNode("openb-node-0000", "32000m", "262144Mi", 0, "")
@@ -184,21 +212,56 @@ def test_openb_node_lists() -> None:
     assert labels["nvidia.com/gpu.product"] == "P100"
 
 
-def test_openb_pod_lists() -> None:
-    default = {p.name: p for p in read_pods(DATA / "openb_pod_list_default.csv")}
+def test_openb_pod_lists(openb: Path) -> None:
+    default = {p.name: p for p in read_pods(openb / "openb_pod_list_default.csv")}
     assert len(default) == 8152
     assert default["openb-pod-0000"] == TracePod("openb-pod-0000", "12000m", "16384Mi", 1, 1000, ())
     assert default["openb-pod-0001"].shares_gpu  # gpu_milli 460
     assert sum(p.shares_gpu for p in default.values()) == 3078
-    spec = {p.name: p for p in read_pods(DATA / "openb_pod_list_gpuspec33.csv")}
+    spec = {p.name: p for p in read_pods(openb / "openb_pod_list_gpuspec33.csv")}
     assert spec["openb-pod-0009"].gpu_products == ("V100M16", "V100M32")
     info = parse_pod(pod_object(spec["openb-pod-0009"]))
     assert not info.errors
     (term,) = info.required_terms
     assert term.expressions[0].values == ("V100M16", "V100M32")
     assert all(len(set(p.gpu_products)) == len(p.gpu_products) for p in spec.values())
-    multi = read_pods(DATA / "openb_pod_list_multigpu50.csv")  # no gpu_spec column
+    multi = read_pods(openb / "openb_pod_list_multigpu50.csv")  # no gpu_spec column
     assert multi[0] == TracePod("openb-pod-0000", "12000m", "16384Mi", 1, 1000, ())
+    assert max(p.gpus for p in multi) == 8
+
+
+def test_small_openb_stand_in_reads_like_the_trace() -> None:
+    """The same readers on the repository's stand-in (tests/data/make_small.py): every row, the
+    units, the optional columns, and the GPU-type list as required node affinity."""
+    nodes_csv = SMALL_OPENB_DIR / "openb_node_list_all_node.csv"
+    nodes = read_nodes(nodes_csv)
+    rows = csv_rows(nodes_csv)
+    assert [n.name for n in nodes] == [row["sn"] for row in rows]
+    assert nodes[0] == TraceNode(
+        rows[0]["sn"],
+        f"{rows[0]['cpu_milli']}m",
+        f"{rows[0]['memory_mib']}Mi",
+        int(rows[0]["gpu"]),
+        rows[0]["model"],
+    )
+    assert any(n.gpus == 0 and n.gpu_product == "" for n in nodes)
+    gpu_nodes = read_nodes(SMALL_OPENB_DIR / "openb_node_list_gpu_node.csv")
+    assert gpu_nodes == [n for n in nodes if n.gpus]
+    pods_csv = SMALL_OPENB_DIR / "openb_pod_list_default.csv"
+    pods = read_pods(pods_csv)
+    pod_rows = csv_rows(pods_csv)
+    assert len(pods) == len(pod_rows)
+    for parsed, row in zip(pods, pod_rows, strict=True):
+        assert parsed.gpus == int(row["num_gpu"])
+        assert parsed.shares_gpu == (parsed.gpus == 1 and int(row["gpu_milli"]) < 1000)
+        assert parsed.gpu_products == tuple(p for p in row["gpu_spec"].split("|") if p)
+    picky = next(p for p in pods if len(p.gpu_products) > 1)
+    info = parse_pod(pod_object(picky))
+    assert not info.errors
+    (term,) = info.required_terms
+    assert term.expressions[0].values == picky.gpu_products
+    multi = read_pods(SMALL_OPENB_DIR / "openb_pod_list_multigpu50.csv")  # no gpu_spec column
+    assert all(p.gpu_products == () for p in multi)
     assert max(p.gpus for p in multi) == 8
 
 
@@ -274,9 +337,9 @@ def test_workload_repeats_trace_order_until_demand_and_leaves_sharing_pods_out()
         build_workload(pods, 4, 0.0, sample=False, seed=0)
 
 
-def test_same_seed_same_results_and_sampling_depends_on_it() -> None:
-    nodes = read_nodes(DATA / "openb_node_list_gpu_node.csv")[:200]
-    pods = read_pods(DATA / "openb_pod_list_default.csv")
+def test_same_seed_same_results_and_sampling_depends_on_it(trace_dir: Path) -> None:
+    nodes = read_nodes(trace_dir / "openb_node_list_gpu_node.csv")[:200]
+    pods = read_pods(trace_dir / "openb_pod_list_default.csv")
 
     def run(seed: int) -> list[dict[str, Any]]:
         _, results = simulate(nodes, pods, list(POLICIES), demand=0.8, seed=seed, sample=True)
@@ -328,22 +391,24 @@ def test_cli_rejects_unknown_policy_and_bad_files(
     assert code == 2 and "none.csv" in err
 
 
-def test_smoke_on_the_real_trace(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [
-        "--nodes",
-        str(DATA / "openb_node_list_all_node.csv"),
-        "--pods",
-        str(DATA / "openb_pod_list_default.csv"),
-        "--demand",
-        "0.3",
-    ]
+def test_smoke_on_the_trace(trace_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes_csv = trace_dir / "openb_node_list_all_node.csv"
+    pods_csv = trace_dir / "openb_pod_list_default.csv"
+    argv = ["--nodes", str(nodes_csv), "--pods", str(pods_csv), "--demand", "0.3"]
+    # the expected totals, counted straight from the CSVs
+    gpus_total = sum(int(row["gpu"]) for row in csv_rows(nodes_csv))
+    sharing = sum(
+        int(row["num_gpu"]) == 1 and int(row["gpu_milli"]) < 1000 for row in csv_rows(pods_csv)
+    )
+    if trace_dir.name == OPENB:
+        assert (gpus_total, sharing) == (6212, 3078)  # the trace's published size
     code, out, _ = run_cli([*argv, "-o", "json"], capsys)
     assert code == 0
     rows = json.loads(out)
     assert {r["policy"] for r in rows} == set(POLICIES)
     for row in rows:
-        assert row["gpus_total"] == 6212
-        assert row["gpu_sharing_excluded"] == 3078
+        assert row["gpus_total"] == gpus_total
+        assert row["gpu_sharing_excluded"] == sharing
         assert row["pods_placed"] + row["pods_skipped"] == row["pods_arrived"]
         assert 0.0 <= row["gpus_unallocated_pct"] <= 100.0
         assert row["gpus_stranded"] <= row["gpus_unallocated"]
@@ -351,5 +416,5 @@ def test_smoke_on_the_real_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert ours["single_domain_when_possible_pct"] in (100.0, None)
     code, out, _ = run_cli(argv, capsys)
     assert code == 0
-    assert "3078 GPU-sharing left out" in out
+    assert f"{sharing} GPU-sharing left out" in out
     assert out.splitlines()[-1].split()[0] == "random"

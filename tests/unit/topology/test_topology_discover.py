@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.datasets import H200_DIR
 from topology.discover import discover_domains, parse_topology
 from topology.domains import TopologyError
 
-DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data" / "h200-gpu-trace"
+DATA_DIR = H200_DIR
 UNDERLINE, RESET = "\x1b[4m", "\x1b[0m"
 AFFINITY_HEADER = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
 
@@ -86,8 +85,6 @@ TWO_PAIRS_MLX_NICS = matrix(groups_matrix([[0, 1], [2, 3]], "NV1", "PXB"), nics=
 
 def test_real_h200_single_gpu() -> None:
     path = DATA_DIR / "nvidia-smi-topo.txt"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
     assert discover_domains(path.read_text()) == "0"
 
 

@@ -52,7 +52,7 @@ def test_parse_valid(
     [
         ("0-3,3-7", 8, "GPU 3 is in two domains"),
         ("0-3,2", 4, "GPU 2 is in two domains"),
-        ("0-3", 8, "GPUs 4,5,6,7 are in no domain (node has 8 GPUs)"),
+        ("0-3", 8, "GPUs 4-7 are in no domain (node has 8 GPUs)"),
         ("0,2", 3, "GPU 1 is in no domain (node has 3 GPUs)"),
         ("0-8", 8, "GPU 8 is out of range (node has 8 GPUs, 0..7)"),
         ("0-1,2-3", 2, "GPU 2 is out of range (node has 2 GPUs, 0..1)"),

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.datasets import H200_DIR
 from topology.domains import TopologyError
 from topology.mig import (
     MIG_RESOURCE_PREFIX,
@@ -20,7 +20,7 @@ from topology.mig import (
     parse_mig_profile,
 )
 
-DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data" / "h200-gpu-trace"
+DATA_DIR = H200_DIR
 
 
 @pytest.mark.parametrize(
@@ -69,8 +69,6 @@ def test_malformed_profile_names_the_key(key: str, problem: str) -> None:
 
 def test_real_h200_profiles_parse() -> None:
     path = DATA_DIR / "nvidia-smi-mig-lgip.txt"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
     names = re.findall(r"MIG (\S+)", path.read_text())
     profiles = [parse_mig_profile(MIG_RESOURCE_PREFIX + name) for name in names]
     assert [p.name for p in profiles] == names

@@ -98,6 +98,15 @@ def test_seed_worked_example() -> None:
         ("all-GPU pod on NVSwitch", 8, EMPTY_NVSWITCH, (50, 80, 80, 0, 30, 240)),
         ("node matching fair tier", 1, Node("0-1,2-3", 4), (50, 50, 20, 0, -20, 100)),
         ("utilization 70-90 %", 1, Node("0-3,4-7", 8, (0, 1, 2, 4, 5)), (50, 50, -40, 40, 20, 120)),
+        # Every threshold is inclusive on the side the table says: 10 GPUs make u exact.
+        ("utilization exactly 0.9", 1, Node("0-4,5-9", 10, (*range(8),)), (50, 50, -40, 0, 30, 90)),
+        ("utilization exactly 0.7", 1, Node("0-4,5-9", 10, (*range(6),)), (50, 50, -40, 0, 20, 80)),
+        ("utilization exactly 0.3", 1, Node("0-4,5-9", 10, (0, 1)), (50, 50, -40, 0, 0, 60)),
+        ("utilization 0.2", 1, Node("0-4,5-9", 10, (0,)), (50, 50, -40, 0, -20, 40)),
+        ("share exactly 1/2", 2, Node("0-1,2-3", 4, (0, 1)), (50, 80, 80, 0, 30, 240)),
+        ("share just under 1/2", 4, Node("0-4,5-9", 10), (50, 50, 20, 0, 0, 120)),
+        ("share exactly 1/4", 2, Node("0-3,4-7", 8, (0, 1, 2)), (50, 50, 20, 0, 0, 120)),
+        ("share just under 1/4", 2, Node("0-4,5-9", 10, (0, 1, 2)), (50, 50, -40, 40, 0, 100)),
     ],
 )
 def test_rule_table(case: str, g: int, node: Node, expected: tuple[float, ...]) -> None:
@@ -150,24 +159,53 @@ def test_nodes_without_gpus_and_empty_cluster() -> None:
     assert pick_best(normalize(empty.raw), empty.feasible, np.random.default_rng(1)) == NO_NODE
 
 
-def test_bad_arguments() -> None:
-    with pytest.raises(ValueError):
-        score(0, [EMPTY_QUADS])
-    with pytest.raises(ValueError):
-        score_nodes(1, np.zeros((2, 2)), np.zeros((2, 3)), np.zeros(2), np.zeros(2))
-    with pytest.raises(ValueError):
-        score_nodes(1, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(2), np.zeros(3))
+@pytest.mark.parametrize(
+    ("g", "shapes", "message"),
+    [
+        (0, ((2, 2), (2, 2), (2,), (2,)), "at least one GPU, got 0"),
+        (1, ((2, 2), (2, 3), (2,), (2,)), r"shapes disagree: \(2, 2\) \(2, 3\) \(2,\)"),
+        (1, ((2,), (2,), (2,), (2,)), r"shapes disagree: \(2,\) \(2,\) \(2,\)"),
+        (1, ((2, 2), (2, 2), (3,), (3,)), r"shapes disagree: \(2, 2\) \(2, 2\) \(3,\)"),
+        (1, ((2, 2), (2, 2), (2,), (3,)), r"gpu_used shape \(3,\) != gpu_total shape \(2,\)"),
+    ],
+)
+def test_bad_arguments(g: int, shapes: tuple[tuple[int, ...], ...], message: str) -> None:
+    free, size, total, used = (np.ones(shape, dtype=np.int64) for shape in shapes)
+    with pytest.raises(ValueError, match=message):
+        score_nodes(g, free, size, total, used)
+
+
+def test_result_dtypes() -> None:
+    """Points are float64 and indices int64, also when weights and inputs are Python ints."""
+    integer_weights = ScoreWeights(base=50, single_domain_fit=50, util_low=-20)
+    result = score_nodes(1, [[1, 2], [0, 0]], [[2, 2], [2, 2]], [4, 4], [1, 4], integer_weights)
+    for points in (result.base, result.domain_integrity, result.node_matching, result.raw):
+        assert points.dtype == np.float64
+    assert result.chosen_domain.dtype == np.int64
+    assert result.domains_spanned.dtype == np.int64
+    np.testing.assert_array_equal(result.chosen_domain, [0, NO_DOMAIN])
+    np.testing.assert_array_equal(result.domains_spanned, [1, 0])
+
+
+@pytest.mark.filterwarnings("error")
+def test_nodes_without_gpus_raise_no_numpy_warning() -> None:
+    result = score(2, [Node("", 0), HALF_USED_PAIR, EMPTY_QUADS])
+    np.testing.assert_array_equal(result.feasible, [False, False, True])
+    normalized = normalize(result.raw)  # normalized: (nodes,)
+    assert np.isnan(normalized[:2]).all()
+    assert result.raw[2] == 100.0  # 50 + 50 + 20 + 0 - 20
+    assert normalized[2] == pytest.approx(31 + (100 - 40) * 61 / 210)
 
 
 def test_weights_are_configurable_and_validated() -> None:
     flat = ScoreWeights(base=0.0, node_match_far=0.0, util_low=0.0)
     result = score(1, [EMPTY_QUADS], flat)
     assert components(result, 0) == (0, 50, 0, 0, 0, 50)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="node_match_fair_ratio must be <= node_match_close"):
         ScoreWeights(node_match_fair_ratio=0.6)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need util_low_threshold <= util_good_threshold <="):
         ScoreWeights(util_low_threshold=0.8)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^raw_low and raw_high must differ$"):
         Normalization(raw_low=1.0, raw_high=1.0)
 
 
@@ -190,6 +228,13 @@ def test_pick_best_is_seeded_and_uniform_among_ties() -> None:
     assert set(counts) == {1, 3, 4}
     assert min(counts.values()) > 150
     assert pick_best(np.array([np.nan]), np.array([True]), rng) == NO_NODE
+
+
+def test_pick_best_takes_feasibility_as_zero_or_one() -> None:
+    rng = np.random.default_rng(0)
+    # The infeasible node 0 has the top score; 0/1 integers must act as a mask, not as indices.
+    assert pick_best([100.0, 50.0, 60.0], [0, 1, 1], rng) == 2
+    assert pick_best([100, 50, 60], [1, 1, 1], rng) == 0
 
 
 def test_pick_best_draws_once_per_decision() -> None:

@@ -1,0 +1,103 @@
+"""The fault suite, short version: one test per fault family (hack/faults/scenarios.py), each
+running `gpu-scheduler run` processes against the real local cluster under a seeded churn
+workload, and asserting the invariants of `hack.faults.invariants` over the whole cluster during
+the fault and at rest after it (every pending pod of ours that fits is bound within a bounded
+wait). About 300 pods in all; the long version is `python -m hack.faults.soak`
+(docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from hack.faults import scenarios
+from hack.faults.scenarios import Outcome, Scene
+from hack.localcluster import LocalCluster
+
+PODS = 40
+"""Pods per churn test."""
+
+
+@pytest.fixture
+async def scene(
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> AsyncIterator[Scene]:
+    """The test's namespace, nodes (labelled for the namespace fixture to delete) and replicas;
+    the seed is fixed per test by its name."""
+    seed = sum(namespace.encode()) % 1000
+    found = Scene(cluster, api_client, namespace, tmp_path, seed)
+    yield found
+    await found.cleanup()
+
+
+def clean(outcome: Outcome) -> str:
+    """Empty when nothing broke; otherwise the violations, one a line."""
+    return "\n".join(str(v) for v in outcome.violations[:20])
+
+
+async def test_connection_resets_between_scheduler_and_api_server(scene: Scene) -> None:
+    outcome = await scenarios.api_resets(scene, PODS)
+    assert outcome.injected >= 5, f"only {outcome.injected} resets injected"
+    assert outcome.notes["alive"]
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_scheduler_killed_at_random_points_and_restarted(scene: Scene) -> None:
+    outcome = await scenarios.scheduler_kills(scene, PODS, kills=3)
+    assert outcome.injected == 3
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_leader_killed_and_the_follower_takes_over(scene: Scene) -> None:
+    outcome = await scenarios.leader_kills(scene, PODS, kills=2)
+    assert outcome.injected == 2
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_leader_paused_past_its_lease_writes_nothing_after_it_resumes(
+    scene: Scene,
+) -> None:
+    outcome = await scenarios.leader_pause(scene, PODS)
+    assert outcome.injected == 1
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_api_server_restarted_mid_stream(scene: Scene) -> None:
+    outcome = await scenarios.apiserver_restarts(scene, PODS)
+    assert outcome.notes["alive"]
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_watches_resumed_after_compaction_get_410_and_relist(scene: Scene) -> None:
+    outcome = await scenarios.watch_gone(scene, PODS)
+    assert outcome.notes["relists"] >= 1, "no watch was answered 410 Gone"
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_prometheus_down_slow_erroring_nan_or_empty_evicts_nothing(scene: Scene) -> None:
+    outcome = await scenarios.prometheus_faults(scene)
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_victim_deleted_while_its_eviction_is_in_flight(scene: Scene) -> None:
+    outcome = await scenarios.victim_deleted(scene)
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_reclaim_plan_made_stale_before_its_eviction_evicts_nothing(scene: Scene) -> None:
+    outcome = await scenarios.stale_plan(scene)
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_pdb_guarded_victims_are_not_evicted_nor_their_neighbours(scene: Scene) -> None:
+    outcome = await scenarios.pdb_guarded(scene)
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_node_deleted_while_it_holds_assumed_pods(scene: Scene) -> None:
+    outcome = await scenarios.node_deleted(scene)
+    assert not outcome.violations, clean(outcome)
