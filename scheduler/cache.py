@@ -152,6 +152,12 @@ class ClusterCache:
         self._released: dict[str, PodState] = {}
         """Reservations taken out by `released` blocks now running, to restore at their end."""
         self.label_columns: dict[str, LabelColumn] = {}
+        self.with_pod_affinity: set[str] = set()
+        """Keys of counted pods with pod (anti-)affinity terms (`_index_pod_affinity`)."""
+        self.with_required_anti_affinity: set[str] = set()
+        """Keys of counted pods with required pod anti-affinity terms."""
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        """Labels of each namespace, for pod affinity's namespaceSelector (namespace informer)."""
 
     # -- arrays --------------------------------------------------------------------------------
 
@@ -373,6 +379,7 @@ class ClusterCache:
         self.generation += 1
         state = PodState(pod, node, (), assumed)
         self.pods[pod.key] = state
+        self._index_pod_affinity(pod.key, pod, counted=True)
         self.pods_on_node.setdefault(node, set()).add(pod.key)
         row = self.row_of.get(node)
         if row is None:  # node not known (yet): the pod is remembered and counted when it appears
@@ -386,6 +393,7 @@ class ClusterCache:
         state = self.pods.pop(key, None)
         if state is None:
             return None
+        self._index_pod_affinity(key, state.info, counted=False)
         self.generation += 1
         self.pods_on_node.get(state.node, set()).discard(key)
         row = self.row_of.get(state.node)
@@ -545,6 +553,7 @@ class ClusterCache:
         """Count `state` exactly as given (GPU indices included), overlaps allowed."""
         self.generation += 1
         self.pods[key] = state
+        self._index_pod_affinity(key, state.info, counted=True)
         self.pods_on_node.setdefault(state.node, set()).add(key)
         row = self.row_of.get(state.node)
         if row is not None:
@@ -625,3 +634,17 @@ class ClusterCache:
         rows = self.valid[: self.rows]  # rows: (nodes,)
         excess = self.requested[: self.rows, GPU] - self.allocatable[: self.rows, GPU]
         return {self.names[r]: int(excess[r]) for r in np.flatnonzero(rows & (excess > 0))}
+
+    def _index_pod_affinity(self, key: str, pod: PodInfo, counted: bool) -> None:
+        """Keep `with_pod_affinity` and `with_required_anti_affinity` in step with `pods`, so
+        the InterPodAffinity plugin visits only those few pods (a pod's terms never change)."""
+        affinity = pod.pod_affinity
+        if affinity is None:
+            return
+        if not counted:
+            self.with_pod_affinity.discard(key)
+            self.with_required_anti_affinity.discard(key)
+            return
+        self.with_pod_affinity.add(key)
+        if affinity.required_anti_affinity:
+            self.with_required_anti_affinity.add(key)

@@ -7,6 +7,7 @@ Tasks:
 | informer:nodes  | list+watch Nodes into the cache                                       |
 | informer:pods   | list+watch all Pods: bound ones into the cache, our pending ones queued |
 | informer:priorityclasses, informer:pdbs | policies and budgets read by reclaim         |
+| informer:namespaces | namespace labels for pod affinity's namespaceSelector             |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
 | cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
@@ -45,6 +46,7 @@ from scheduler.kube.client import fence_of
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
+from scheduler.namespaces import NamespaceLabels
 from scheduler.objects import PodInfo
 from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Reclaimer, UsageSource
 from scheduler.profile import default_framework
@@ -131,6 +133,7 @@ class Daemon:
         core = client.CoreV1Api(api_client)
         self.informers = [
             Informer("nodes", core.list_node, NodeHandler(self.cache, self.queue, self.recorder)),
+            Informer("namespaces", core.list_namespace, NamespaceLabels(self.cache, self.queue)),
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,

@@ -27,7 +27,7 @@ import structlog
 from scheduler.cache import ClusterCache
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
 from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, sorted_errors
-from scheduler.queue import SchedulingQueue
+from scheduler.queue import UNSCHEDULABLE, SchedulingQueue
 
 log = structlog.get_logger("gpu-scheduler.handlers")
 
@@ -154,6 +154,9 @@ class PodHandler:
         self.queue = queue
         self.scheduler_name = scheduler_name
         self.gone = gone
+        self.affinity_waiters: set[str] = set()
+        """Our pending pods with required pod affinity: a pod bound by anyone may be the one
+        they wait for, so its arrival retries the unschedulable pods (see `_pod_arrived`)."""
         self.gated = gated
 
     def _ours_and_pending(self, pod: PodInfo) -> bool:
@@ -168,12 +171,16 @@ class PodHandler:
         pod = parse_pod(obj)
         if pod.bound:
             was_counted = pod.key in self.cache.pods
+            was_assumed = self.cache.is_assumed(pod.key)
             self.cache.add_pod(pod)
             self.queue.delete(pod.key)
+            self.affinity_waiters.discard(pod.key)
             if self.gone is not None:
                 self.gone(pod.uid, pod.key)
             if was_counted and not pod.holds_resources:
                 self.queue.move_all_to_active_or_backoff("PodFinished")
+            elif pod.holds_resources and (not was_counted or was_assumed):
+                self._pod_arrived()
         elif self._ours_and_pending(pod) and pod.scheduling_gates:
             # PreEnqueue: a gated pod is not queued; removing its last gate is an update that
             # queues it at once (below).
@@ -181,12 +188,15 @@ class PodHandler:
             if self.gated is not None and not _shows_gated(obj):
                 self.gated(pod)
         elif self._ours_and_pending(pod):
+            if pod.pod_affinity is not None and pod.pod_affinity.required_affinity:
+                self.affinity_waiters.add(pod.key)
             if pod.key in self.queue:
                 self.queue.update(pod.key, pod.priority, pod)
             else:
                 self.queue.add(pod.key, pod.priority, pod)
         else:
             self.queue.delete(pod.key)
+            self.affinity_waiters.discard(pod.key)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         if _same_spec(old, new) and _finished(old) == _finished(new):
@@ -196,8 +206,16 @@ class PodHandler:
     def on_delete(self, obj: Mapping[str, Any]) -> None:
         pod = parse_pod(obj)
         self.queue.delete(pod.key)
+        self.affinity_waiters.discard(pod.key)
         if self.gone is not None:
             self.gone(pod.uid, pod.key)
         if pod.key in self.cache.pods:
             self.cache.remove_pod(pod.key)
             self.queue.move_all_to_active_or_backoff("PodDelete")
+
+    def _pod_arrived(self) -> None:
+        """A pod showed up bound (bound by anyone, or our assumed pod confirmed): retry the
+        unschedulable pods when one of them has required pod affinity, which that pod may
+        satisfy (kube-scheduler's queueing hint for an assigned pod's add)."""
+        if any(self.queue.where(k) == UNSCHEDULABLE for k in self.affinity_waiters):
+            self.queue.move_all_to_active_or_backoff("PodAdd")

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,9 @@ from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_fo
 from topology.mig import is_mig_resource, parse_mig_profile
 from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
 from topology.text import clip, quote
+
+if TYPE_CHECKING:
+    from scheduler.pod_affinity import PodAffinity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RESOURCES: tuple[str, ...] = ("cpu", "memory", "ephemeral-storage", "pods", GPU_RESOURCE)
@@ -130,6 +133,8 @@ class PodInfo:
     scheduled_at: datetime | None = None
     """When the pod was bound: its PodScheduled=True condition's lastTransitionTime (the API
     server sets it on binding), else status.startTime; None while pending."""
+    pod_affinity: PodAffinity | None = None
+    """spec.affinity.podAffinity / podAntiAffinity terms; None when it has none."""
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     """spec.topologySpreadConstraints, matchLabelKeys merged (see `scheduler.spread`)."""
     scheduling_gates: tuple[str, ...] = ()
@@ -491,6 +496,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         )
         policy = "preferred"
     required, preferred = _node_affinity(spec, errors)
+    pod_affinity = _pod_affinity(spec, metadata, errors)
     priority = _priority(spec.get("priority"), errors)
     namespace = _str(metadata.get("namespace") or "")
     name = _str(metadata.get("name") or "")
@@ -531,6 +537,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         annotations=annotations,
         errors=tuple(errors),
         scheduled_at=scheduled_at,
+        pod_affinity=pod_affinity,
         spread_constraints=spread,
         scheduling_gates=features.scheduling_gates,
         host_ports=features.host_ports,
@@ -624,6 +631,17 @@ def sorted_errors(errors: Sequence[FieldError]) -> str:
         shown.append(text)
         used += len(text) + 2
     return "; ".join(shown)
+
+
+def _pod_affinity(
+    spec: Mapping[str, Any], metadata: Mapping[str, Any], errors: list[FieldError]
+) -> PodAffinity | None:
+    """Pod (anti-)affinity terms, parsed by `scheduler.pod_affinity` (imported here: it builds
+    on this module's records)."""
+    from scheduler.pod_affinity import parse_pod_affinity
+
+    namespace = _str(metadata.get("namespace") or "")
+    return parse_pod_affinity(spec, namespace, _string_map(metadata.get("labels")), errors)
 
 
 __all__ = [

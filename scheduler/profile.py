@@ -6,6 +6,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
+from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.node_ports import NodePorts
 from scheduler.plugins.nvlink import NVLink
@@ -21,6 +22,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
+    pod_affinity = InterPodAffinity(weight=scoring.preferred_affinity_weight)
     spread = PodTopologySpread()
     extra: list[ScorePlugin] = []
     if scoring.fragmentation_weight > 0:
@@ -34,8 +36,9 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             NodeResourcesFit(),
             nvlink,
             spread,
+            pod_affinity,
         ],
-        scores=[nvlink, affinity, *extra, spread],
+        scores=[nvlink, affinity, pod_affinity, *extra, spread],
         seed=settings.scoring.seed,
         narrowers=[nvlink],
     )

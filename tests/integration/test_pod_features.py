@@ -100,20 +100,17 @@ async def test_host_port_conflicts_with_a_pod_of_another_scheduler(
         assert (await pod_json(core_api, namespace, "same-port"))["spec"].get("nodeName") is None
 
 
-async def test_pod_anti_affinity_is_reported_as_unsupported(
+async def test_persistent_volume_claim_is_reported_as_unsupported(
     cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
 ) -> None:
     await make_nodes(core_api, [isolated(G2, namespace)])
     pod = our_pod(namespace, "spread-me", 1)
-    term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
-    pod["spec"]["affinity"] = {
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-    }
+    pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
     await core_api.create_namespaced_pod(namespace, pod)
     await core_api.create_namespaced_pod(namespace, our_pod(namespace, "plain", 1))
     expected = (
-        "nodes are available: gpu-scheduler does not support pod anti-affinity "
-        "(spec.affinity.podAntiAffinity)."
+        "nodes are available: gpu-scheduler does not support persistent volume claims "
+        "(spec.volumes[*].persistentVolumeClaim)."
     )
     async with running_daemon(cluster, settings_for(namespace)):
         await wait_bound(core_api, namespace, "plain")

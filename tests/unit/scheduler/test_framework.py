@@ -257,10 +257,12 @@ def test_daemon_profile_plugins() -> None:
         "NodeResourcesFit",
         "NVLink",
         "PodTopologySpread",
+        "InterPodAffinity",
     ]
     assert [p.name for p in framework.scores] == [
         "NVLink",
         "NodeAffinity",
+        "InterPodAffinity",
         "GpuFragmentation",
         "PodTopologySpread",
     ]

@@ -14,14 +14,6 @@ from tests.unit.scheduler.core_api_double import harness
 
 TERM = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
 EXAMPLES: dict[str, tuple[str, Any]] = {
-    "spec.affinity.podAffinity": (
-        "affinity",
-        {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}},
-    ),
-    "spec.affinity.podAntiAffinity": (
-        "affinity",
-        {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}},
-    ),
     "spec.volumes[*].persistentVolumeClaim": (
         "volumes",
         [
@@ -68,6 +60,11 @@ def test_each_row_is_detected(path: str) -> None:
     [
         {},
         {"affinity": {"podAntiAffinity": {}}},
+        {
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}
+            }
+        },
         {"affinity": {"nodeAffinity": {}}},
         {"topologySpreadConstraints": []},
         {
@@ -86,23 +83,23 @@ def test_unused_or_empty_fields_are_not_reported(spec: dict[str, Any]) -> None:
 
 
 def test_message_names_every_field() -> None:
-    paths = ("spec.affinity.podAntiAffinity", "spec.resourceClaims")
+    paths = ("spec.volumes[*].persistentVolumeClaim", "spec.resourceClaims")
     assert unsupported_message(paths, 3) == (
-        "0/3 nodes are available: gpu-scheduler does not support pod anti-affinity "
-        "(spec.affinity.podAntiAffinity); gpu-scheduler does not support dynamic resource "
+        "0/3 nodes are available: gpu-scheduler does not support persistent volume claims "
+        "(spec.volumes[*].persistentVolumeClaim); gpu-scheduler does not support dynamic resource "
         "allocation (resource claims) (spec.resourceClaims)."
     )
 
 
 async def test_pod_using_an_unsupported_field_is_unschedulable_not_placed() -> None:
     h = harness(cluster(make_node("n")))
-    h.add(parse_pod(using("spec.affinity.podAntiAffinity")))
+    h.add(parse_pod(using("spec.volumes[*].persistentVolumeClaim")))
     await h.cycle()
     assert h.scheduler.bound == 0
     assert h.queue.pools()["unschedulable"] == 1
     message = (
-        "0/1 nodes are available: gpu-scheduler does not support pod anti-affinity "
-        "(spec.affinity.podAntiAffinity)."
+        "0/1 nodes are available: gpu-scheduler does not support persistent volume claims "
+        "(spec.volumes[*].persistentVolumeClaim)."
     )
     assert h.core.condition_messages() == [message]
     assert h.core.patches[0][2]["status"]["conditions"][0]["reason"] == "Unschedulable"
