@@ -609,6 +609,31 @@ async def _two_attempts(
     await eventually(attempted, 60, f"two reclaim attempts with Prometheus {mode.value}")
 
 
+def hold_writes_on_next_query(
+    proxy: ResetProxy, prom: FlakyPrometheus, meanwhile: Callable[[], Awaitable[None]]
+) -> asyncio.Event:
+    """Arrange that when reclaim next queries Prometheus (its plan is being made), the
+    scheduler's new API requests are held in `proxy` (its watches keep flowing) while
+    `meanwhile` changes the cluster under the plan; then they go out. Returns an event set once
+    they are released."""
+    released = asyncio.Event()
+    running: list[asyncio.Task[None]] = []  # keeps the task referenced until it ends
+
+    async def change_then_release() -> None:
+        try:
+            await meanwhile()
+        finally:
+            proxy.release()
+            released.set()
+
+    async def hold() -> None:
+        proxy.hold()
+        running.append(asyncio.create_task(change_then_release()))
+
+    prom.on_next_query = hold
+    return released
+
+
 async def victim_deleted(scene: Scene) -> Outcome:
     """The idle victim is deleted while its eviction is in flight: when reclaim queries
     Prometheus, the scheduler's requests to the API server are held in a proxy (its watches still
@@ -622,26 +647,15 @@ async def victim_deleted(scene: Scene) -> Outcome:
     ):
         nodes = await reclaim_scene(scene, classes)
         async with FlakyPrometheus(scene.cluster.prometheus_url or "") as prom:
-            deleted = asyncio.Event()
 
-            async def delete_then_release() -> None:
-                try:
-                    await asyncio.sleep(1.0)  # the plan is made, its writes wait in the proxy
-                    await scene.core.delete_namespaced_pod(
-                        "idle", scene.namespace, grace_period_seconds=0
-                    )
-                    await asyncio.sleep(1.0)
-                finally:
-                    proxy.release()
-                    deleted.set()
+            async def delete_victim() -> None:
+                await asyncio.sleep(1.0)  # the plan is made, its writes wait in the proxy
+                await scene.core.delete_namespaced_pod(
+                    "idle", scene.namespace, grace_period_seconds=0
+                )
+                await asyncio.sleep(1.0)
 
-            tasks: list[asyncio.Task[None]] = []
-
-            async def hold_writes() -> None:
-                proxy.hold()
-                tasks.append(asyncio.create_task(delete_then_release()))
-
-            prom.on_next_query = hold_writes
+            deleted = hold_writes_on_next_query(proxy, prom, delete_victim)
             kubeconfig = proxied_kubeconfig(scene.cluster.kubeconfig, proxy.url, scene.folder)
             replica = scene.launch("solo", reclaim_config(scene, prom.url), kubeconfig)
             await synced(replica)
@@ -685,25 +699,14 @@ async def stale_plan(scene: Scene) -> Outcome:
         await holder_pod(scene, "idle", node, classes["idle-ok"], "constant:util=0", gpus="0,1")
         await full_window(scene.cluster.prometheus_url or "", scene.namespace, ["idle"])
         async with FlakyPrometheus(scene.cluster.prometheus_url or "") as prom:
-            taken = asyncio.Event()
 
-            async def take_then_release() -> None:
-                try:
-                    await holder_pod(
-                        scene, "intruder", node, classes["protected"], "constant:util=90", "2,3"
-                    )
-                    await asyncio.sleep(1.0)  # the scheduler's pod watch delivers it meanwhile
-                finally:
-                    proxy.release()
-                    taken.set()
+            async def take_free_gpus() -> None:
+                await holder_pod(
+                    scene, "intruder", node, classes["protected"], "constant:util=90", "2,3"
+                )
+                await asyncio.sleep(1.0)  # the scheduler's pod watch delivers it meanwhile
 
-            tasks: list[asyncio.Task[None]] = []
-
-            async def hold_writes() -> None:
-                proxy.hold()
-                tasks.append(asyncio.create_task(take_then_release()))
-
-            prom.on_next_query = hold_writes
+            taken = hold_writes_on_next_query(proxy, prom, take_free_gpus)
             kubeconfig = proxied_kubeconfig(scene.cluster.kubeconfig, proxy.url, scene.folder)
             replica = scene.launch("solo", reclaim_config(scene, prom.url), kubeconfig)
             await synced(replica)
