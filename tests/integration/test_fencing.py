@@ -251,7 +251,7 @@ async def test_a_frozen_leader_never_binds_after_another_took_over(
 
     stale = [w for p in replicas.values() for w in _stale_writes(p, freezes)]
     violated = [f for f in freezes if f.double_booked]
-    fenced = sum(len(p.records("write_fenced")) for p in replicas.values())
+    fenced = sum(len(p.events("write_fenced")) for p in replicas.values())
     summary = (
         f"{len(freezes)} rounds; rounds with a double-booked node: {len(violated)}; "
         f"stale binding writes: {len(stale)}; writes fenced off: {fenced}"

@@ -4,78 +4,35 @@ neither double-books GPUs nor leaves a pod behind."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client
 
+from hack.faults.processes import SchedulerProcess as ReplicaProcess
 from hack.localcluster import G2_EXPANSION, LocalCluster
-from hack.localcluster.cluster import REPO_ROOT, free_port
+from hack.localcluster.cluster import free_port
 from tests.kube import eventually
 from tests.scheduling import gpus_of, isolated, make_nodes, our_pod
 
 
-class SchedulerProcess:
-    """`gpu-scheduler run` as a child process with its JSON log in a file."""
+class SchedulerProcess(ReplicaProcess):
+    """`gpu-scheduler run` as a child process with its JSON log in a file, started at once
+    (the fault suite's replica process, see `hack.faults.processes`)."""
 
     def __init__(self, cluster: LocalCluster, config: dict[str, Any], folder: Path, name: str):
-        self.log_path = folder / f"{name}.log"
-        config_path = folder / f"{name}.yaml"
-        config_path.write_text(yaml.safe_dump(config))
-        env = {**os.environ, "POD_NAME": name, "PYTHONPATH": str(REPO_ROOT)}
-        with self.log_path.open("w") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "scheduler.cli",
-                    "run",
-                    "--config",
-                    str(config_path),
-                    "--kubeconfig",
-                    str(cluster.kubeconfig),
-                ],
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.name = name
+        super().__init__(name, config, cluster.kubeconfig, folder)
+        self.start()
 
-    def records(self, event: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log_path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("event") == event:
-                found.append(record)
-        return found
+    def events(self, event: str) -> list[dict[str, Any]]:
+        """The log records of one event."""
+        return [record for record in self.records() if record.get("event") == event]
 
     def bound_pods(self) -> set[str]:
-        return {record["pod"] for record in self.records("pod_bound")}
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        return {record["pod"] for record in self.events("pod_bound")}
 
 
 @pytest.fixture
