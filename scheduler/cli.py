@@ -6,6 +6,12 @@ gpu-scheduler topology discover [...]            NVLink domains from `nvidia-smi
 gpu-scheduler reclaim replay ...                 the idle verdict over recorded samples
 gpu-scheduler simulate ...                       placement policies over a cluster trace
 gpu-scheduler version
+
+Errors the user can fix (a missing kubeconfig, a bad file, a pod that does not exist, an API server
+that cannot be reached) end the command with ONE line on stderr, `gpu-scheduler <command>: <what
+is wrong>; <what to do>`, and exit code 2 (usage: flags, files, configuration) or 1 (run time: the
+API server refused or did not answer); `describe_error` is the one mapping from exception to line.
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -15,9 +21,26 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
+import aiohttp
+import yaml
+from kubernetes_asyncio.client import ApiException
+from kubernetes_asyncio.config import ConfigException
+
 from scheduler.config import ConfigError, add_config_flags, config_from_args
+from scheduler.kube.apierrors import APIError
+from scheduler.tools.errors import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    KUBECONFIG_HINT,
+    CommandError,
+    check_kubeconfig,
+)
+
+MESSAGE_LIMIT = 400
+"""Characters of an error line; longer messages (an API server's, a parser's) are cut."""
 
 
 def package_version() -> str:
@@ -57,6 +80,7 @@ async def run_daemon(args: argparse.Namespace) -> int:
     from scheduler.logging import configure_logging
 
     settings = config_from_args(args, os.environ)
+    check_kubeconfig(settings.kubeconfig, os.environ)
     configure_logging(settings.log_level)
     kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
     async with await api_client_for(kubeconfig) as api_client:
@@ -68,23 +92,97 @@ async def run_daemon(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 3] + "..."
+
+
+def _yaml_message(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    if mark is None:
+        return f"not valid YAML: {problem}"
+    return f"{mark.name}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
+
+
+def describe_error(error: BaseException) -> tuple[str, int] | None:
+    """The one-line message and exit code for an error the user can act on; None for anything
+    else (a bug, which keeps its traceback). The message names the problem and what to do."""
+    message: str
+    code: int
+    if isinstance(error, CommandError):
+        message, code = str(error), error.exit_code
+    elif isinstance(error, ConfigError):
+        message, code = f"invalid configuration: {error}", EXIT_USAGE
+    elif isinstance(error, ConfigException):
+        message = f"no usable API server configuration ({error}); {KUBECONFIG_HINT}"
+        code = EXIT_USAGE
+    elif isinstance(error, yaml.YAMLError):
+        message, code = _yaml_message(error), EXIT_USAGE
+    elif isinstance(error, APIError) and error.transport:
+        message = f"cannot reach the API server: {error}; check the server in the kubeconfig"
+        code = EXIT_RUNTIME
+    elif isinstance(error, APIError):
+        message, code = f"the API server refused the request: {error}", EXIT_RUNTIME
+    elif isinstance(error, ApiException):
+        message = f"the API server refused the request: {error.status} {error.reason}"
+        code = EXIT_RUNTIME
+    elif isinstance(error, aiohttp.ClientError | TimeoutError):
+        message = (
+            f"cannot reach the API server: {error or type(error).__name__}; "
+            "check the server in the kubeconfig"
+        )
+        code = EXIT_RUNTIME
+    elif isinstance(error, OSError) and error.filename is not None:
+        message = f"{error.filename}: {error.strerror or error}"
+        code = EXIT_USAGE
+    else:
+        return None
+    return _one_line(message), code
+
+
+def _deepest_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The (sub)parser of the command `args` chose, e.g. `run`'s, or `topology discover`'s."""
+    current = parser
+    while True:
+        chooser = next(
+            (a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
+        name = getattr(args, chooser.dest, None) if chooser is not None else None
+        if chooser is None or name not in chooser.choices:
+            return current
+        current = chooser.choices[name]
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "version":
         print(package_version())
         return 0
     if args.command == "run":
-        try:
-            return asyncio.run(run_daemon(args))
-        except ConfigError as error:
-            print(f"gpu-scheduler: invalid configuration: {error}", file=sys.stderr)
-            return 2
-    if hasattr(args, "handler"):
-        code: int = args.handler(args)
-        return code
+        return asyncio.run(run_daemon(args))
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is not None:
+        return handler(args)
     parser.print_help(sys.stderr)
-    return 2
+    return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the chosen command's usage, not the top level's
+        _deepest_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        return _dispatch(parser, args)
+    except Exception as error:
+        described = describe_error(error)
+        if described is None:
+            raise
+        message, code = described
+        print(f"{_deepest_parser(parser, args).prog}: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

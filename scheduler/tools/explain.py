@@ -1,6 +1,7 @@
 """`gpu-scheduler explain`: every node's filter verdict and score breakdown for one pod.
 
     gpu-scheduler explain --pod NAMESPACE/NAME [--kubeconfig FILE] [-o table|json]
+        (without --kubeconfig: the KUBECONFIG environment variable, else in-cluster)
     gpu-scheduler explain --pod-file POD.yaml --cluster DUMP.yaml [-o table|json]
 
 DUMP is what `kubectl get nodes,pods -A -o yaml` prints. The same filters, scores and weights as
@@ -18,7 +19,6 @@ import asyncio
 import json
 import math
 import os
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ import numpy as np
 import yaml
 
 from scheduler.cache import ClusterCache
-from scheduler.config import SchedulerConfig, add_config_flags, config_from_args
+from scheduler.config import config_from_args
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import parse_node, parse_pod
@@ -35,6 +35,12 @@ from scheduler.plugins.node_affinity import NAME as AFFINITY
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.unsupported import unsupported_reasons
+from scheduler.tools.errors import (
+    EXIT_RUNTIME,
+    CommandError,
+    check_kubeconfig,
+    kubeconfig_from_env,
+)
 
 COMPONENTS = ("base", "domain_integrity", "node_matching", "domain_completion", "efficiency")
 JsonObject = dict[str, Any]
@@ -71,13 +77,24 @@ def explain(
     nvlink = scores.per_row() if scores is not None else None
     normalized = scores.normalized() if scores is not None else None
     affinity = evaluation.scores.get(AFFINITY)
+    # A pod the cycle does not place at all (invalid or unsupported fields) is infeasible on
+    # every node, for the same reason everywhere.
+    blocked = (
+        [f"pod has invalid fields: {e}" for e in pod.errors]
+        if pod.errors
+        else unsupported_reasons(pod.unsupported)
+        if pod.unsupported
+        else []
+    )
     rows: list[JsonObject] = []
     for row in np.flatnonzero(snapshot.valid):
-        reasons = sorted({r.reason for r in evaluation.diagnosis.rejections if r.failed[row]})
-        ok = bool(feasible[row])
+        reasons = blocked or sorted(
+            {r.reason for r in evaluation.diagnosis.rejections if r.failed[row]}
+        )
+        ok = bool(feasible[row]) and not blocked
         components: dict[str, float] = {}
         raw = norm = math.nan
-        if nvlink is not None and normalized is not None:
+        if ok and nvlink is not None and normalized is not None:  # no scores for rejected nodes
             if bool(nvlink.feasible[row]):
                 components = {name: float(getattr(nvlink, name)[row]) for name in COMPONENTS}
             raw = float(nvlink.raw[row])
@@ -96,14 +113,6 @@ def explain(
             }
         )
     rows.sort(key=lambda r: (not r["feasible"], -(r["score"] or 0.0), r["node"]))
-    if pod.errors:
-        for item in rows:
-            item["reasons"] = [f"pod has invalid fields: {e}" for e in pod.errors]
-            item["feasible"] = False
-    elif pod.unsupported:  # the cycle does not place it either: say why, on every node
-        for item in rows:
-            item["reasons"] = unsupported_reasons(pod.unsupported)
-            item["feasible"] = False
     return rows
 
 
@@ -138,15 +147,37 @@ def render_table(rows: list[JsonObject]) -> str:
     )
 
 
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """One line: the parser's problem and where (line:column), without the echoed source."""
+    mark = getattr(error, "problem_mark", None)
+    problem = " ".join(str(getattr(error, "problem", None) or error).split())[:200]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
+
+
+def load_cluster(path: Path) -> list[JsonObject]:
+    """`load_dump` of a cluster dump, which must hold at least one Node (ValueError otherwise)."""
+    objects = load_dump(path)
+    if not any(o.get("kind") == "Node" for o in objects):
+        kinds = sorted({str(o.get("kind") or "?")[:40] for o in objects})
+        held = f"only {', '.join(kinds)}" if kinds else "nothing"
+        raise ValueError(
+            f"{path}: no Node in the file ({held}); write it with "
+            "`kubectl get nodes,pods -A -o yaml > FILE`"
+        )
+    return objects
+
+
 def load_dump(path: Path) -> list[JsonObject]:
     """Objects of a `kubectl get ... -o yaml` List (or a single object, or a YAML stream).
 
-    Raises OSError, yaml.YAMLError, or ValueError naming the file for anything that is not
-    YAML mappings (nesting too deep for the parser included)."""
+    Raises OSError, or ValueError naming the file (and the line, for a YAML syntax error) for
+    anything that is not YAML mappings (nesting too deep for the parser included)."""
     try:
         documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
     except RecursionError:
         raise ValueError(f"{path}: YAML nested too deeply") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML: {_yaml_problem(error)}") from None
     objects: list[JsonObject] = []
     for document in documents:
         if not isinstance(document, dict):
@@ -168,24 +199,30 @@ def load_dump(path: Path) -> list[JsonObject]:
 
 
 async def _from_cluster(
-    settings: SchedulerConfig, pod_ref: str
+    kubeconfig: Path | None, pod_ref: str
 ) -> tuple[JsonObject, list[JsonObject]]:
     from kubernetes_asyncio import client
 
-    from scheduler.kube.apierrors import expect_success
+    from scheduler.kube.apierrors import APINotFoundError, expect_success
     from scheduler.kube.client import api_client_for
 
     namespace, _, name = pod_ref.partition("/")
-    if not name:
-        raise ValueError(f"--pod must be NAMESPACE/NAME, got {pod_ref!r}")
-    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    async with await api_client_for(kubeconfig) as api_client:
+    if not namespace or not name:
+        raise CommandError(f"--pod must be NAMESPACE/NAME, got {pod_ref[:100]!r}")
+    async with await api_client_for(str(kubeconfig) if kubeconfig else None) as api_client:
         core = client.CoreV1Api(api_client)
 
         async def raw(call: Any) -> Any:
             return json.loads(await expect_success(await call))
 
-        pod = await raw(core.read_namespaced_pod(name, namespace, _preload_content=False))
+        try:
+            pod = await raw(core.read_namespaced_pod(name, namespace, _preload_content=False))
+        except APINotFoundError:
+            raise CommandError(
+                f"pod {namespace}/{name} not found; list the pods with "
+                f"`kubectl get pods -n {namespace}`",
+                EXIT_RUNTIME,
+            ) from None
         nodes = await raw(core.list_node(_preload_content=False))
         pods = await raw(core.list_pod_for_all_namespaces(_preload_content=False))
     objects = [{**n, "kind": "Node"} for n in nodes["items"]]
@@ -193,28 +230,38 @@ async def _from_cluster(
     return {**pod, "kind": "Pod"}, objects
 
 
+def _offline(pod_file: Path, cluster: Path | None) -> tuple[JsonObject, list[JsonObject]]:
+    """The pod of `pod_file` and the objects of the `cluster` dump; CommandError naming the file
+    when either cannot be read or holds no Pod (no Node)."""
+    if cluster is None:
+        raise CommandError("--pod-file needs --cluster DUMP.yaml")
+    try:
+        pods = [o for o in load_dump(pod_file) if o.get("kind", "Pod") == "Pod"]
+        if not pods:
+            raise ValueError(f"{pod_file}: no Pod in the file")
+        pod_obj = pods[0]
+        pod_obj.setdefault("metadata", {}).setdefault("namespace", "default")
+        return pod_obj, load_cluster(cluster)
+    except OSError as error:
+        raise CommandError(f"{error.filename}: cannot read: {error.strerror or error}") from None
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+
+
 def run_explain(args: argparse.Namespace) -> int:
+    """The `explain` handler. Errors the user can fix raise `CommandError` (or the configuration's
+    `ConfigError`), which the CLI entry prints as one line."""
     from scheduler.profile import default_framework
 
-    try:
-        settings = config_from_args(args, os.environ)
-        if args.pod_file:
-            if not args.cluster:
-                raise ValueError("--pod-file needs --cluster DUMP.yaml")
-            (pod_obj,) = [o for o in load_dump(args.pod_file) if o.get("kind", "Pod") == "Pod"][
-                :1
-            ] or [{}]
-            if not pod_obj:
-                raise ValueError(f"{args.pod_file}: no Pod in the file")
-            pod_obj.setdefault("metadata", {}).setdefault("namespace", "default")
-            objects = load_dump(args.cluster)
-        elif args.pod:
-            pod_obj, objects = asyncio.run(_from_cluster(settings, args.pod))
-        else:
-            raise ValueError("give --pod NAMESPACE/NAME or --pod-file FILE --cluster DUMP")
-    except (OSError, ValueError, yaml.YAMLError) as error:
-        print(f"gpu-scheduler explain: {error}", file=sys.stderr)
-        return 2
+    settings = config_from_args(args, os.environ)
+    if args.pod_file:
+        pod_obj, objects = _offline(args.pod_file, args.cluster)
+    elif args.pod:
+        kubeconfig = settings.kubeconfig or kubeconfig_from_env(os.environ)
+        check_kubeconfig(kubeconfig, os.environ)
+        pod_obj, objects = asyncio.run(_from_cluster(kubeconfig, args.pod))
+    else:
+        raise CommandError("give --pod NAMESPACE/NAME or --pod-file FILE --cluster DUMP")
     rows = explain(pod_obj, objects, default_framework(settings))
     if args.output == "json":
         print(json.dumps(rows, indent=2))
@@ -225,11 +272,21 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def add_explain_parser(commands: Any) -> None:
     parser = commands.add_parser(
-        "explain", help="show every node's filter verdict and score breakdown for a pod"
+        "explain",
+        help="show every node's filter verdict and score breakdown for a pod",
+        description="Every node's filter verdict and score breakdown for one pod, from the "
+        "cluster (--pod) or offline from files (--pod-file with --cluster).",
     )
     parser.add_argument("--pod", metavar="NAMESPACE/NAME", help="a pod in the cluster")
     parser.add_argument("--pod-file", type=Path, help="a pod manifest (offline)")
     parser.add_argument("--cluster", type=Path, help="kubectl get nodes,pods -A -o yaml output")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    add_config_flags(parser)
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="the daemon's YAML configuration (weights)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for --pod (default: $KUBECONFIG, else the in-cluster configuration)",
+    )
     parser.set_defaults(handler=run_explain)

@@ -99,3 +99,49 @@ def test_table_output_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
         main(["explain", "--pod-file", str(tmp_path / "absent.yaml"), "--cluster", str(cluster)])
         == 2
     )
+
+
+def test_cluster_file_without_nodes_is_an_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod, _ = _write(tmp_path, 1)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(empty)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"gpu-scheduler explain: {empty}: no Node in the file (nothing)")
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(pod)]) == 2  # the wrong file
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{pod}: no Node in the file (only Pod)" in line
+
+
+def test_malformed_yaml_names_the_file_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod, _ = _write(tmp_path, 1)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("items: [\n")
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(bad)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"gpu-scheduler explain: {bad}: not valid YAML: line 2, column 1: ")
+
+
+def test_rejected_nodes_show_no_partial_scores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node the NVLink filter accepts but a taint rejects gets no score in any column."""
+    pod, cluster = _write(tmp_path, 1)
+    dump = yaml.safe_load(cluster.read_text())
+    dump["items"][1]["spec"]["taints"] = [
+        {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+    ]
+    cluster.write_text(yaml.safe_dump(dump))
+    rows = {row["node"]: row for row in _rows(capsys, pod, cluster)}
+    tainted = rows["g2-expansion-0"]
+    assert tainted["feasible"] is False and tainted["reasons"]
+    assert tainted["components"] == {} and tainted["raw"] is None
+    assert tainted["normalized"] is None and tainted["score"] is None
+    assert rows["g1-0"]["components"] and rows["g1-0"]["score"] is not None
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("g2-expansion-0"))
+    assert line.split()[1:10] == ["no", "-", "-", "-", "-", "-", "-", "-", "-"]
