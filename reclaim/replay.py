@@ -17,7 +17,9 @@ Each series is judged by `reclaim.usage.idle_verdict`, exactly as the live verdi
   last sample (what the scheduler would decide at that moment);
 - power estimates need a power model: --idle-power-w and --max-power-w, or --gpu-model picking a
   default model; without one only utilization and GR_ENGINE_ACTIVE are read, and utilization
-  alone never makes a series idle.
+  alone never makes a series idle: a series busy only for that reason reads "busy, needs
+  --gpu-model" in the table (with a line under it naming the flags and the known models), and
+  has `needs_power_model: true` in JSON.
 
 Exit codes: 0 on success; 2 when the file cannot be read, a column is missing, a value is not a
 number, there are no rows, or the flags are inconsistent (the message on stderr names the file or
@@ -32,7 +34,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,8 @@ REPLAY_MODEL = "from --idle-power-w/--max-power-w"
 UNSPECIFIED_MODEL = "unspecified"
 """The GPU model name of series replayed without any power model."""
 EXIT_USAGE = 2
+MODEL_FLAGS = "--gpu-model NAME or --idle-power-w/--max-power-w"
+"""The flags that give the replay a power model, named wherever their absence decided a verdict."""
 
 
 class ReplayError(Exception):
@@ -90,6 +94,16 @@ class SeriesResult:
     """Length of the sub-windows the peaks were taken over."""
     power_floor_w: float | None = None
     """Lowest power sample up to the window's end: the GPU's idle-draw calibration."""
+    needs_power_model: bool = False
+    """Busy only because no power model was given: its usage is below the threshold, but
+    utilization alone never proves idle (see `power_model_hint`)."""
+
+    @property
+    def label(self) -> str:
+        """The verdict as the table shows it, naming the missing flag when that decided it."""
+        if self.verdict.idle:
+            return "idle"
+        return "busy, needs --gpu-model" if self.needs_power_model else "busy"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +118,7 @@ class SeriesResult:
             "usage_pct": self.verdict.usage_pct,
             "verdict": "idle" if self.verdict.idle else "busy",
             "reason": self.verdict.reason,
+            "needs_power_model": self.needs_power_model,
         }
 
 
@@ -230,7 +245,7 @@ def render_table(results: Sequence[SeriesResult]) -> str:
             _fmt(r.mean_util_pct),
             *(_fmt(r.verdict.estimates.get(s)) for s in SIGNALS),
             _fmt(r.verdict.usage_pct),
-            "idle" if r.verdict.idle else "busy",
+            r.label,
         ]
         for r in results
     ]
@@ -238,7 +253,17 @@ def render_table(results: Sequence[SeriesResult]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     head = "  ".join(cell.ljust(w) for cell, w in zip(header, widths, strict=True))
     reasons = [f"{r.series}: {r.verdict.reason}" for r in results]
-    return "\n".join([head.rstrip(), *(line.rstrip() for line in lines), "", *reasons])
+    hint = [power_model_hint()] if any(r.needs_power_model for r in results) else []
+    return "\n".join([head.rstrip(), *(line.rstrip() for line in lines), "", *hint, *reasons])
+
+
+def power_model_hint() -> str:
+    """The line under the table when a missing power model decided some verdict."""
+    known = ", ".join(repr(name) for name in sorted(DEFAULT_POWER_MODELS))
+    return (
+        "no power model given: utilization alone never makes a series idle (it aliases against "
+        f"periodic work); give {MODEL_FLAGS} (--gpu-model knows {known})"
+    )
 
 
 def power_models_from_args(args: argparse.Namespace) -> tuple[dict[str, PowerModel], str]:
@@ -277,6 +302,15 @@ def run_replay(args: argparse.Namespace) -> int:
     results = [
         replay_series(s, args.threshold, power_models, model, args.window_seconds) for s in series
     ]
+    if not power_models:  # name the flag where its absence decided the verdict
+        results = [
+            replace(r, needs_power_model=True)
+            if not r.verdict.idle
+            and r.verdict.usage_pct is not None
+            and r.verdict.usage_pct < args.threshold
+            else r
+            for r in results
+        ]
     if args.output == "json":
         print(json.dumps([r.as_json() for r in results], indent=2))
     else:

@@ -220,3 +220,28 @@ def test_json_reports_the_subwindow_and_the_calibration(
     assert (row["interval_s"], row["subwindow_s"]) == (1.0, 10.0)
     assert row["power_floor_w"] == 119.2
     assert rows["idle_holder_20GiB"]["power_floor_w"] == 117.7
+
+
+def test_without_a_power_model_the_verdict_names_the_flag(
+    h200: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Series that are busy only because no power model was given say so in the verdict column;
+    a series busy on its own usage does not."""
+    args = parse(
+        ["reclaim", "replay", "--trace", str(h200), "--series-column", "phase", "--threshold", "10"]
+    )
+    assert run_replay(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    verdicts = {line.split()[0]: line.split("  ")[-1].strip() for line in lines[1:8]}
+    assert verdicts["idle_holder_20GiB"] == "busy, needs --gpu-model"
+    assert verdicts["steady_training"] == "busy"
+    assert any(
+        line.startswith("no power model given:") and "'NVIDIA H200'" in line for line in lines
+    )
+    rows = replay_json(
+        capsys, "--trace", str(h200), "--series-column", "phase", "--threshold", "10"
+    )
+    assert rows["idle_holder_20GiB"]["needs_power_model"] is True
+    assert rows["steady_training"]["needs_power_model"] is False
+    with_model = replay_json(capsys, "--trace", str(h200), *H200_FLAGS, "--threshold", "10")
+    assert not any(row["needs_power_model"] for row in with_model.values())
