@@ -37,4 +37,3 @@ def test_readme_offline_command_runs_as_written(
         assert verdicts["idle_holder_20GiB"] == "idle"
         assert verdicts["steady_training"] == "busy"
     assert out.strip()
-
