@@ -5,6 +5,11 @@ cluster (etcd, kube-apiserver with RBAC, kube-controller-manager, kwok, kube-sch
 and the fake dcgm-exporter). With CI=true a cluster that cannot start fails the run; elsewhere the
 integration tests are skipped with the reason, and unit tests still run.
 
+The session's cluster folder (certificates, etcd data, component logs) is announced on the terminal
+when the cluster is up, outside pytest's output capture; a temporary folder is removed at the end
+when every test passed and kept (and named again in the summary) when one failed.
+`GPU_SCHEDULER_CLUSTER_DIR` chooses the folder instead, and then it is always kept.
+
 Every test also runs under `no_leaked_tasks`: a test that leaves an asyncio task running that it
 created fails (session fixtures' long-lived tasks, created before the test, do not count).
 """
@@ -13,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from kubernetes_asyncio import client, config
@@ -31,6 +38,42 @@ from tests.scheduling import TEST_LABEL
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+CLUSTER_DIR_ENV = "GPU_SCHEDULER_CLUSTER_DIR"
+
+
+class _Lines(Protocol):
+    def write_line(self, line: str) -> None: ...
+
+
+def announce(config: pytest.Config, line: str) -> None:
+    """Write `line` to the terminal now, past pytest's capture (the terminal reporter's stream);
+    to stdout when the reporter is off (e.g. `-p no:terminal`)."""
+    reporter: _Lines | None = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        print(line)
+        return
+    reporter.write_line("")
+    reporter.write_line(line)
+
+
+def finish_cluster_dir(work_dir: Path, chosen: bool, failed: int) -> str:
+    """Remove a temporary cluster folder after a session where no test failed; keep it otherwise
+    (and always keep a folder the user chose). Returns the line to print about it."""
+    if chosen:
+        return f"local cluster folder kept (chosen by {CLUSTER_DIR_ENV}): {work_dir}"
+    if failed:
+        return f"{failed} test(s) failed; local cluster folder and component logs kept: {work_dir}"
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return f"every test passed; local cluster folder removed: {work_dir}"
+
+
+_SUMMARY: list[str] = []
+"""Lines for the end of the run (what happened to the cluster folder)."""
+
+
+def pytest_terminal_summary(terminalreporter: _Lines) -> None:
+    for line in _SUMMARY:
+        terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -67,22 +110,29 @@ def _pending_since(before: set[asyncio.Task[object]]) -> set[asyncio.Task[object
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
-    """The session's local control plane; its logs stay in `cluster.log_dir` after the run."""
-    work_dir = os.environ.get("GPU_SCHEDULER_CLUSTER_DIR")
+def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """The session's local control plane; its folder is announced when it is up, and removed at
+    the end when every test passed (`finish_cluster_dir`)."""
+    work_dir = os.environ.get(CLUSTER_DIR_ENV)
     local = LocalCluster(ClusterConfig(work_dir=Path(work_dir) if work_dir else None))
     try:
         local.start()
     except Exception as error:  # start() already stopped what it had started
-        message = f"local cluster did not start: {error}"
+        message = f"local cluster did not start: {error}; its logs: {local.log_dir}"
         if IN_CI:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    print(f"\nlocal cluster up in {local.started_in_s:.1f} s; logs in {local.log_dir}")
+    announce(
+        request.config,
+        f"local cluster up in {local.started_in_s:.1f} s; component logs in {local.log_dir}",
+    )
     try:
         yield local
     finally:
         local.stop()
+        _SUMMARY.append(
+            finish_cluster_dir(local.work_dir, bool(work_dir), request.session.testsfailed)
+        )
 
 
 @pytest.fixture(scope="session")
