@@ -1,15 +1,26 @@
-"""`make demo`: a local cluster with the three seed GPU node types, gpu-scheduler scheduling the
-example workloads on it, running until Ctrl-C.
+"""`make demo`: a local cluster with the three seed GPU node types and gpu-scheduler on it, walking
+through what the scheduler does, one step at a time, then running until Ctrl-C.
 
     python -m hack.demo [--count N] [--nodes NODES.yaml] [--work-dir DIR] [--no-scheduler]
 
-The scheduler runs as `gpu-scheduler run` (its JSON log is in the logs folder); the workloads are
-manifests/examples/workloads.yaml.
+Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
+
+1. placement: the example workloads (manifests/examples/workloads.yaml), NVLink-aware;
+2. reclaim: an idle notebook in a PriorityClass with a reclaim policy is evicted for a training
+   pod that fits nowhere else (manifests/examples/reclaim/), and the events are printed.
+
+Then the command lines to try next (explain, kubectl), with paths relative to the repository when
+they are inside it. The scheduler runs as `gpu-scheduler run` with reclaim enforced against the
+cluster's Prometheus (its JSON log is gpu-scheduler.log in the logs folder).
 
 NODES.yaml, when given, is a list of node specs (fields of `hack.localcluster.NodeSpec`), e.g.
 
     - {type_name: G2-Expansion, count: 4, gpus: 8, nvlink_domains: "0-3,4-7",
        gpu_product: NVIDIA-H200}
+
+The reclaim step adds one node of its own (`RECLAIM_NODE`, tainted so nothing else lands on it).
+An error before the cluster is up (a missing NODES.yaml, a bad spec) or a component that does not
+start ends the demo with one line on stderr, exit 2 or 1, as the `gpu-scheduler` command does.
 """
 
 from __future__ import annotations
@@ -22,6 +33,10 @@ import shutil
 import signal
 import sys
 import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +53,36 @@ from hack.localcluster import (
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
 from hack.localcluster.nodes import spec_from_mapping
+from hack.localcluster.processes import ComponentError
+from scheduler.cli import describe_error
+from scheduler.tools.errors import EXIT_RUNTIME, CommandError
 
 DEFAULT_WORK_DIR = REPO_ROOT / "_out" / "demo"
+NAMESPACE = "demo"
 WORKLOADS = REPO_ROOT / "manifests" / "examples" / "workloads.yaml"
+RECLAIM_MANIFESTS = REPO_ROOT / "manifests" / "examples" / "reclaim"
+IDLE_NOTEBOOK = RECLAIM_MANIFESTS / "1-idle-notebook.yaml"
+TRAINING = RECLAIM_MANIFESTS / "2-training.yaml"
+RECLAIM_LABEL = "gpu-scheduler.io/demo-step"
+RECLAIM_NODE = NodeSpec(
+    "Demo-Reclaim",
+    1,
+    gpus=2,
+    nvlink_domains="0-1",
+    gpu_product="NVIDIA-H200",
+    cpu="32",
+    memory="256Gi",
+    labels={RECLAIM_LABEL: "reclaim"},
+    taints=({"key": RECLAIM_LABEL, "value": "reclaim", "effect": "NoSchedule"},),
+)
+"""The reclaim step's node: the notebook's two GPUs are all it has."""
+IDLE_WINDOW_S = 10
+"""resource-idle-seconds of the demo-notebooks PriorityClass (manifests/examples/reclaim)."""
 SETTLE_TIMEOUT_SECONDS = 60.0
 """How long the demo waits for the scheduler to decide every example pod before printing."""
+RECLAIM_TIMEOUT_SECONDS = 90.0
+"""How long the reclaim step waits for each of its stages (samples, eviction, binding)."""
+READY_LINE = "demo ready; Ctrl-C stops it."
 COLUMNS = ",".join(
     [
         "POD:.metadata.name",
@@ -55,6 +95,10 @@ COLUMNS = ",".join(
 )
 
 
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
 def decided(pod: dict[str, Any]) -> bool:
     """Whether the scheduler has decided `pod`: bound to a node, or marked unschedulable."""
     if (pod.get("spec") or {}).get("nodeName"):
@@ -63,16 +107,48 @@ def decided(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
 
 
+def pods_of(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]]:
+    listed = cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
+    items = json.loads(listed).get("items", []) if listed.strip() else []
+    return {pod["metadata"]["name"]: pod for pod in items}
+
+
+def poll(check: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
+    """Call `check` until it returns True (then True) or `timeout` s have passed (then False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval)
+    return False
+
+
 def wait_for_decisions(cluster: LocalCluster, namespace: str, timeout: float) -> None:
     """Poll until every pod of `namespace` is decided (see `decided`), at most `timeout` s; the
     table printed afterwards shows whatever state the pods are in then."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        listed = cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
-        pods = json.loads(listed).get("items", []) if listed.strip() else []
-        if pods and all(decided(pod) for pod in pods):
-            return
-        time.sleep(0.5)
+
+    def all_decided() -> bool:
+        pods = pods_of(cluster, namespace)
+        return bool(pods) and all(decided(pod) for pod in pods.values())
+
+    poll(all_decided, timeout)
+
+
+def write_scheduler_config(cluster: LocalCluster) -> Path:
+    """The demo scheduler's configuration: reclaim enforced against the cluster's Prometheus,
+    which scrapes the fake dcgm-exporter every second."""
+    path = cluster.work_dir / "gpu-scheduler.yaml"
+    settings = {
+        "reclaim": {
+            "mode": "enforce",
+            "prometheusUrl": cluster.prometheus_url,
+            "scrapeIntervalSeconds": cluster.config.scrape_interval_s,
+            "cooldownSeconds": 5,
+        },
+        "queue": {"unschedulableFlushSeconds": 5},
+    }
+    path.write_text(yaml.safe_dump(settings))
+    return path
 
 
 def start_scheduler(cluster: LocalCluster) -> str:
@@ -84,6 +160,7 @@ def start_scheduler(cluster: LocalCluster) -> str:
         "-m",
         "scheduler.cli",
         "run",
+        f"--config={write_scheduler_config(cluster)}",
         f"--kubeconfig={cluster.kubeconfig}",
         "--no-leader-elect",
         f"--metrics-address=127.0.0.1:{port}",
@@ -94,15 +171,29 @@ def start_scheduler(cluster: LocalCluster) -> str:
 
 
 def load_specs(path: Path | None, count: int) -> list[NodeSpec]:
+    """The node specs to create; `CommandError` naming the file for anything wrong with it."""
     if path is None:
         return [spec.with_count(count) for spec in SEED_NODE_TYPES]
-    raw = yaml.safe_load(path.read_text())
+    hint = "give a YAML list of node specs (python -m hack.demo --help shows one)"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise CommandError(f"--nodes {path}: {error.strerror or error}; {hint}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        raise CommandError(f"--nodes {path}{where}: not valid YAML; {hint}") from None
     if not isinstance(raw, list):
-        raise SystemExit(f"{path}: expected a list of node specs, got {type(raw).__name__}")
+        raise CommandError(f"--nodes {path}: expected a list of node specs, got "
+                           f"{type(raw).__name__}; {hint}")  # fmt: skip
+    for number, item in enumerate(raw, start=1):
+        if not isinstance(item, dict):
+            raise CommandError(f"--nodes {path}: item {number} is a {type(item).__name__}, "
+                               f"not a mapping of node spec fields; {hint}")  # fmt: skip
     try:
         return [spec_from_mapping(item) for item in raw]
     except (TypeError, ValueError) as error:
-        raise SystemExit(f"{path}: {error}") from error
+        raise CommandError(f"--nodes {path}: {str(error)[:300]}") from None
 
 
 async def add_nodes(kubeconfig: Path, specs: list[NodeSpec]) -> list[str]:
@@ -115,22 +206,168 @@ async def add_nodes(kubeconfig: Path, specs: list[NodeSpec]) -> list[str]:
         return names
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=2, help="nodes of each seed type (default 2)")
-    parser.add_argument(
-        "--nodes", type=Path, help="YAML list of node specs instead of the seed types"
-    )
-    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
-    parser.add_argument(
-        "--no-scheduler", action="store_true", help="only the cluster: no scheduler, no workloads"
-    )
-    args = parser.parse_args(argv)
+def shown(path: Path) -> str:
+    """`path` relative to the repository when it is inside it (what to type from its root)."""
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
+
+def command_path() -> str:
+    """The `gpu-scheduler` command beside this interpreter (the virtualenv's), as `shown`."""
+    return shown(Path(os.path.abspath(sys.executable)).parent / "gpu-scheduler")
+
+
+@dataclass
+class Demo:
+    """What the steps share."""
+
+    cluster: LocalCluster
+    kubectl: str
+    stop: Callable[[], bool]
+    """Whether Ctrl-C was pressed; a step ends early when it returns True."""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    explanation: str
+    """One line: what the step shows and how."""
+    run: Callable[[Demo], None]
+
+
+def placement(demo: Demo) -> None:
+    cluster = demo.cluster
+    say(cluster.kubectl("apply", "-f", str(WORKLOADS)).stdout.rstrip())
+    wait_for_decisions(cluster, NAMESPACE, SETTLE_TIMEOUT_SECONDS)
+    say(cluster.kubectl("get", "pods", "-n", NAMESPACE, "-o", f"custom-columns={COLUMNS}").stdout)
+
+
+def _samples(prometheus_url: str, pod: str, span_s: int) -> float:
+    """Samples Prometheus holds of `pod`'s GPU utilization over the last `span_s` s (0: none)."""
+    query = (
+        f'count_over_time(DCGM_FI_DEV_GPU_UTIL{{namespace="{NAMESPACE}",pod="{pod}"}}[{span_s}s])'
+    )
+    url = f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            result = json.loads(response.read())["data"]["result"]
+    except (OSError, ValueError, KeyError):
+        return 0.0
+    return min((float(series["value"][1]) for series in result), default=0.0)
+
+
+def _events(cluster: LocalCluster, pods: tuple[str, ...]) -> list[str]:
+    listed = json.loads(cluster.kubectl("get", "events", "-n", NAMESPACE, "-o", "json").stdout)
+    rows = [
+        (
+            event.get("eventTime") or event.get("lastTimestamp") or "",
+            event["involvedObject"]["name"],
+            event.get("reason", ""),
+            event.get("message", ""),
+        )
+        for event in listed.get("items", [])
+        if event.get("involvedObject", {}).get("name") in pods
+    ]
+    return [f"  {pod:<14} {reason:<16} {message}" for _, pod, reason, message in sorted(rows)]
+
+
+def reclaim(demo: Demo) -> None:
+    cluster = demo.cluster
+    span = IDLE_WINDOW_S + 3
+    say(cluster.kubectl("apply", "-f", str(IDLE_NOTEBOOK)).stdout.rstrip())
+    started = time.monotonic()
+    holding = poll(
+        lambda: (
+            demo.stop()
+            or (pods_of(cluster, NAMESPACE).get("notebook-idle", {}).get("status") or {}).get(
+                "phase"
+            )
+            == "Running"
+        ),
+        RECLAIM_TIMEOUT_SECONDS,
+    )
+    full = holding and poll(
+        lambda: (
+            demo.stop() or _samples(cluster.prometheus_url or "", "notebook-idle", span) >= span - 1
+        ),
+        RECLAIM_TIMEOUT_SECONDS,
+    )
+    if demo.stop():
+        return
+    if not full:
+        say(f"reclaim: notebook-idle never had {span} s of GPU samples; see {cluster.log_dir}")
+        return
+    say(f"notebook-idle has held its 2 GPUs at 0 % for {time.monotonic() - started:.0f} s; "
+        "now a training pod needs them:")  # fmt: skip
+    say(cluster.kubectl("apply", "-f", str(TRAINING)).stdout.rstrip())
+
+    def reclaimed() -> bool:
+        pods = pods_of(cluster, NAMESPACE)
+        return demo.stop() or (
+            "notebook-idle" not in pods
+            and bool((pods.get("training", {}).get("spec") or {}).get("nodeName"))
+        )
+
+    done = poll(reclaimed, RECLAIM_TIMEOUT_SECONDS)
+    if demo.stop():
+        return
+    training = pods_of(cluster, NAMESPACE).get("training", {})
+    node = (training.get("spec") or {}).get("nodeName")
+    gpus = (training.get("metadata") or {}).get("annotations", {}).get("gpu-scheduler.io/gpus")
+    if done:
+        say(f"reclaim: notebook-idle evicted; training bound to {node} on GPUs {gpus}")
+    else:
+        say(f"reclaim: not done after {RECLAIM_TIMEOUT_SECONDS:.0f} s; see gpu-scheduler.log in "
+            f"{cluster.log_dir}")  # fmt: skip
+    say("events:")
+    say("\n".join(_events(cluster, ("notebook-idle", "training"))))
+    say()
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "placement",
+        "the example workloads, placed NVLink-aware: multi-GPU pods inside one NVLink domain, "
+        "small pods packed, the impossible one explained",
+        placement,
+    ),
+    Step(
+        "reclaim",
+        f"an idle notebook (PriorityClass demo-notebooks: reclaimable after {IDLE_WINDOW_S} s "
+        "below 10 %) holds the only GPUs a training pod can use; the scheduler evicts it",
+        reclaim,
+    ),
+    # Further steps go here, in the order they are shown, each a Step(name, one line, function).
+)
+
+
+def next_commands(demo: Demo) -> str:
+    """The command lines to copy, from the repository root in a second terminal."""
+    kubeconfig = shown(demo.cluster.kubeconfig)
+    tool = command_path()
+    return "\n".join(
+        [
+            "try next, from the repository root in a second terminal:",
+            f"  {tool} explain --pod {NAMESPACE}/too-big --kubeconfig {kubeconfig}",
+            f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get events -n {NAMESPACE}",
+            f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get nodes "
+            "-o custom-columns=NAME:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
+            "instance-type,GPUS:.status.allocatable.nvidia\\.com/gpu,"
+            "NVLINK:.metadata.annotations.gpu-scheduler\\.io/nvlink-domains",
+        ]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
     specs = load_specs(args.nodes, args.count)
+    if not args.no_scheduler:
+        specs.append(RECLAIM_NODE)
     shutil.rmtree(args.work_dir, ignore_errors=True)
     cluster = LocalCluster(ClusterConfig(work_dir=args.work_dir))
-    print("starting the local control plane (a first run builds the Kubernetes binaries) ...")
+    say("starting the local control plane (a first run builds the Kubernetes binaries) ...")
     stop = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -142,32 +379,26 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
         names = asyncio.run(add_nodes(cluster.kubeconfig, specs))
-        kubectl = cluster.binaries.kubectl if cluster.binaries else "kubectl"
+        kubectl = str(cluster.binaries.kubectl) if cluster.binaries else "kubectl"
         scheduler_url = "not started" if args.no_scheduler else start_scheduler(cluster)
-        print(
+        say(
             f"\nlocal cluster ready in {cluster.started_in_s:.0f} s "
             f"with {len(names)} fake GPU nodes\n"
-            f"  kubeconfig:  {cluster.kubeconfig}\n"
+            f"  kubeconfig:  {shown(cluster.kubeconfig)}\n"
             f"  prometheus:  {cluster.prometheus_url}\n"
             f"  dcgm:        {cluster.dcgm_url}/metrics\n"
-            f"  logs:        {cluster.log_dir}\n"
-            f"  scheduler:   {scheduler_url} (log: gpu-scheduler.log)\n\n"
-            f"  {kubectl} --kubeconfig {cluster.kubeconfig} get nodes "
-            "-o custom-columns=NAME:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
-            "instance-type,"
-            "GPUS:.status.allocatable.nvidia\\.com/gpu,"
-            "NVLINK:.metadata.annotations.gpu-scheduler\\.io/nvlink-domains\n\n"
-            "Ctrl-C stops it.",
-            flush=True,
+            f"  logs:        {shown(cluster.log_dir)}\n"
+            f"  scheduler:   {scheduler_url} (log: gpu-scheduler.log)\n"
         )
+        demo = Demo(cluster, kubectl, lambda: stop)
         if not args.no_scheduler:
-            print(cluster.kubectl("apply", "-f", str(WORKLOADS)).stdout, end="")
-            wait_for_decisions(cluster, "demo", SETTLE_TIMEOUT_SECONDS)
-            print(
-                cluster.kubectl(
-                    "get", "pods", "-n", "demo", "-o", f"custom-columns={COLUMNS}"
-                ).stdout
-            )
+            for number, step in enumerate(STEPS, start=1):
+                if stop:
+                    break
+                say(f"step {number}, {step.name}: {step.explanation}")
+                step.run(demo)
+            say(next_commands(demo) + "\n")
+        say(READY_LINE)
         while not stop:
             time.sleep(1)
             dead = [name for name, alive in cluster.alive().items() if not alive]
@@ -176,10 +407,41 @@ def main(argv: list[str] | None = None) -> int:
                     f"component(s) exited: {', '.join(dead)}; see {cluster.log_dir}",
                     file=sys.stderr,
                 )
-                return 1
-        print("\nstopping ...", flush=True)
-    print("stopped; every component is gone.")
+                return EXIT_RUNTIME
+        say("\nstopping ...")
+    say("stopped; every component is gone.")
     return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=2, help="nodes of each seed type (default 2)")
+    parser.add_argument(
+        "--nodes", type=Path, help="YAML list of node specs instead of the seed types"
+    )
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
+    parser.add_argument(
+        "--no-scheduler", action="store_true", help="only the cluster: no scheduler, no workloads"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; known errors end it with one line on stderr (see the module docstring)."""
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except ComponentError as error:
+        first = " ".join(str(error).split())[:300]
+        print(f"make demo: a component did not start: {first}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except Exception as error:
+        described = describe_error(error)
+        if described is None:
+            raise
+        message, code = described
+        print(f"make demo: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -1,43 +1,117 @@
-"""`make demo` brings up the cluster, schedules the example workloads, and stops cleanly."""
+"""`make demo` brings up the cluster, walks through its steps (placement, reclaim), prints command
+lines that work as printed, and stops cleanly."""
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from hack.demo import DEFAULT_WORK_DIR, READY_LINE, STEPS
 from hack.localcluster.cluster import REPO_ROOT
 
-STARTUP_TIMEOUT_S = 120
+STARTUP_TIMEOUT_S = 300
 
 
-def test_demo_schedules_the_example_workloads_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+def read_until_ready(demo: subprocess.Popen[str]) -> list[str]:
+    assert demo.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = demo.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip())
+        if line.startswith(READY_LINE):
+            break
+    return lines
+
+
+def after(lines: list[str], prefix: str) -> list[str]:
+    """The lines after the first one starting with `prefix`."""
+    index = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+    return lines[index + 1 :]
+
+
+def check_placement(lines: list[str]) -> None:
+    section = after(lines, "step 1, placement: ")
+    table = {line.split()[0]: line.split() for line in section if line.split()}
+    assert table["ddp-4"][1].startswith("g2-expansion-"), lines
+    assert table["ddp-4"][2] == "0,1,2,3" and table["ddp-4"][3] == "0"
+    assert table["finetune"][2] in ("0,1", "2,3")
+    assert table["h200-only"][1].startswith("g2-expansion-")
+    too_big = next(line for line in section if line.startswith("too-big"))
+    assert table["too-big"][1] == "<none>" and "largest node has 8" in too_big
+
+
+def check_reclaim(lines: list[str]) -> None:
+    section = after(lines, "step 2, reclaim: ")
+    outcome = next(line for line in section if line.startswith("reclaim: "))
+    assert outcome == "reclaim: notebook-idle evicted; training bound to demo-reclaim-0 on GPUs 0,1"
+    events = after(section, "events:")
+    events = events[: events.index("")] if "" in events else events
+    reasons = {(line.split()[0], line.split()[1]) for line in events}
+    assert ("notebook-idle", "Reclaimed") in reasons, events
+    assert ("training", "ReclaimIdleGPUs") in reasons, events
+    assert ("training", "Scheduled") in reasons, events
+    reclaimed = next(line for line in events if " Reclaimed " in line)
+    assert "evicted: GPU usage " in reclaimed and "over 10 s" in reclaimed
+
+
+def printed_commands(lines: list[str]) -> list[str]:
+    section = after(lines, "try next, from the repository root")
+    return [line.strip() for line in section[: section.index("")]]
+
+
+def run_printed(command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        shlex.split(command), cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def check_commands(lines: list[str], work_dir: Path) -> None:
+    commands = printed_commands(lines)
+    explain = next(c for c in commands if " explain --pod demo/too-big " in c)
+    assert not Path(shlex.split(explain)[0]).is_absolute()  # the venv's, relative to the repo
+    result = run_printed(explain)
+    assert result.returncode == 0, result.stderr
+    rows = result.stdout.splitlines()
+    assert rows[0].split()[:2] == ["NODE", "FEASIBLE"] and len(rows) > 3
+    assert all(row.split()[1] == "no" for row in rows[1:])
+    # The README's line is the demo's, with the default work folder.
+    readme = (REPO_ROOT / "README.md").read_text()
+    default = DEFAULT_WORK_DIR.relative_to(REPO_ROOT)
+    assert explain.replace(str(work_dir), str(default)) in readme
+    missing = run_printed(explain.replace("demo/too-big", "demo/missing"))
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.stderr.splitlines() == [
+        "gpu-scheduler explain: pod demo/missing not found; "
+        "list the pods with `kubectl get pods -n demo`"
+    ]
+    events = run_printed(next(c for c in commands if " get events " in c))
+    assert events.returncode == 0 and "Reclaimed" in events.stdout
+
+
+def test_demo_walks_through_its_steps_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    work_dir = tmp_path / "demo"
     demo = subprocess.Popen(
-        [sys.executable, "-m", "hack.demo", "--count", "1", "--work-dir", str(tmp_path / "demo")],
+        [sys.executable, "-m", "hack.demo", "--count", "1", "--work-dir", str(work_dir)],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert demo.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
     try:
-        while time.monotonic() < deadline:
-            line = demo.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip())
-            if line.startswith("too-big"):
-                break
-        table = {line.split()[0]: line.split() for line in lines if line.split()}
-        assert table["ddp-4"][1].startswith("g2-expansion-"), lines
-        assert table["ddp-4"][2] == "0,1,2,3" and table["ddp-4"][3] == "0"
-        assert table["finetune"][2] in ("0,1", "2,3")
-        assert table["h200-only"][1].startswith("g2-expansion-")
-        assert table["too-big"][1] == "<none>" and "largest node has 8" in lines[-1]
+        lines = read_until_ready(demo)
+        assert lines and lines[-1] == READY_LINE, lines
+        for number, step in enumerate(STEPS, start=1):  # each step says what it shows
+            assert f"step {number}, {step.name}: {step.explanation}" in lines
+        check_placement(lines)
+        check_reclaim(lines)
+        check_commands(lines, work_dir)
         demo.send_signal(signal.SIGINT)
         rest, _ = demo.communicate(timeout=60)
     finally:
