@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hack.demo import DEFAULT_WORK_DIR, READY_LINE, STEPS
 from hack.localcluster.cluster import REPO_ROOT
+from tests.docs import DEMO_DIR, operations_commands
 
 STARTUP_TIMEOUT_S = 300
 
@@ -95,6 +96,30 @@ def check_commands(lines: list[str], work_dir: Path) -> None:
     assert events.returncode == 0 and "Reclaimed" in events.stdout
 
 
+def check_operations_doc(lines: list[str], work_dir: Path) -> None:
+    """Every docs/operations.md command that needs the demo runs as written (the demo's folder and
+    kubectl substituted), and the ones about reclaim show the demo's eviction."""
+    kubectl = shlex.split(next(c for c in printed_commands(lines) if " get events " in c))[0]
+    outputs = {}
+    for command in operations_commands():
+        if DEMO_DIR not in command:
+            continue
+        line = command.replace(DEMO_DIR, str(work_dir))
+        if line.startswith("kubectl "):
+            line = shlex.quote(kubectl) + line.removeprefix("kubectl")
+        result = subprocess.run(
+            ["bash", "-c", line], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, (command, result.stderr)
+        outputs[command] = result.stdout
+    reclaimed = next(out for c, out in outputs.items() if "reason=Reclaimed" in c)
+    assert "notebook-idle" in reclaimed and "evicted: GPU usage" in reclaimed
+    pending = next(out for c, out in outputs.items() if "jsonpath" in c)
+    assert "the largest node has 8" in pending
+    offline = next(out for c, out in outputs.items() if "--pod-file" in c)
+    assert '"feasible": false' in offline
+
+
 def test_demo_walks_through_its_steps_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     work_dir = tmp_path / "demo"
     demo = subprocess.Popen(
@@ -112,6 +137,7 @@ def test_demo_walks_through_its_steps_and_stops_on_ctrl_c(tmp_path: Path) -> Non
         check_placement(lines)
         check_reclaim(lines)
         check_commands(lines, work_dir)
+        check_operations_doc(lines, work_dir)
         demo.send_signal(signal.SIGINT)
         rest, _ = demo.communicate(timeout=60)
     finally:

@@ -1,0 +1,32 @@
+"""Commands of the documentation, for the tests that run them as written."""
+
+from __future__ import annotations
+
+import re
+
+from tests.datasets import REPO_ROOT
+
+OPERATIONS = REPO_ROOT / "docs" / "operations.md"
+OPERATIONS_SECTIONS = ("Why is my pod pending", "Why was my pod evicted", "Dry-run first")
+"""The sections of docs/operations.md whose commands the demo test and the unit tests run."""
+DEMO_DIR = "_out/demo"
+"""The demo's folder as the documentation names it: commands with it need the demo cluster."""
+
+
+def section_blocks(text: str, heading: str, language: str) -> list[str]:
+    """The fenced `language` blocks of the `## heading` section of markdown `text`."""
+    match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M)
+    assert match is not None, f"no section {heading!r}"
+    return re.findall(rf"```{language}\n(.*?)```", match.group(1), flags=re.S)
+
+
+def operations_commands() -> list[str]:
+    """Every command line of `OPERATIONS_SECTIONS`, in order."""
+    text = OPERATIONS.read_text()
+    return [
+        line.strip()
+        for heading in OPERATIONS_SECTIONS
+        for block in section_blocks(text, heading, "sh")
+        for line in block.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
