@@ -57,7 +57,9 @@ async def patch_node(kubeconfig: str | None, node: str, value: str) -> None:
 
     from scheduler.kube.apierrors import APINotFoundError, expect_success
     from scheduler.kube.client import api_client_for
+    from scheduler.logging import configure_logging
 
+    configure_logging("error")  # the client logs each write; the outcome is printed below
     async with await api_client_for(kubeconfig) as api_client:
         core = client.CoreV1Api(api_client)
         body = {"metadata": {"annotations": {NVLINK_DOMAINS_ANNOTATION: value}}}

@@ -181,3 +181,18 @@ def test_kubeconfig_from_env_takes_the_first_existing_file(tmp_path: Path) -> No
     assert kubeconfig_from_env({"KUBECONFIG": listed}) == present
     assert kubeconfig_from_env({"KUBECONFIG": str(tmp_path / "a")}) == tmp_path / "a"
     assert kubeconfig_from_env({}) is None
+
+
+def test_topology_patch_to_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    """The API client's own log of the failed write stays out of the output."""
+    server = kubeconfig_to(tmp_path, f"https://127.0.0.1:{closed_port()}")
+    result = cli("topology", "discover", f"--file={TOPO}", "--node=n", "--patch", env={
+        "KUBECONFIG": str(server)
+    })  # fmt: skip
+    assert result.stdout == "gpu-scheduler.io/nvlink-domains=0\n"
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1, result.stderr
+    assert lines[0] == "1 GPU in 1 NVLink domain: 0"
+    assert len(lines) == 2 and lines[1].startswith(
+        "gpu-scheduler topology discover: cannot reach the API server: "
+    ), result.stderr
