@@ -39,6 +39,11 @@ from scheduler.tools.errors import (
     check_kubeconfig,
 )
 
+RUN_DESCRIPTION = (
+    "Run the scheduler daemon. Its kubeconfig comes from --kubeconfig, the configuration file or "
+    "GPU_SCHEDULER_KUBECONFIG, never from KUBECONFIG; without one it uses the in-cluster "
+    "service account."
+)
 MESSAGE_LIMIT = 400
 """Characters of an error line; longer messages (an API server's, a parser's) are cut."""
 
@@ -60,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpu-scheduler {package_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("version", help="print the version and exit")
-    run = commands.add_parser("run", help="run the scheduler daemon")
+    run = commands.add_parser("run", help="run the scheduler daemon", description=RUN_DESCRIPTION)
     add_config_flags(run)
     from reclaim.replay import add_reclaim_parser
     from scheduler.tools.explain import add_explain_parser

@@ -196,3 +196,12 @@ def test_topology_patch_to_an_unreachable_server_is_one_line(tmp_path: Path) -> 
     assert len(lines) == 2 and lines[1].startswith(
         "gpu-scheduler topology discover: cannot reach the API server: "
     ), result.stderr
+
+
+def test_help_says_which_commands_read_kubeconfig(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "never from KUBECONFIG" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["topology", "discover", "--help"])
+    assert "$KUBECONFIG" in capsys.readouterr().out
