@@ -20,6 +20,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Protocol
 
@@ -46,14 +47,17 @@ class _Lines(Protocol):
 
 
 def announce(config: pytest.Config, line: str) -> None:
-    """Write `line` to the terminal now, past pytest's capture (the terminal reporter's stream);
-    to stdout when the reporter is off (e.g. `-p no:terminal`)."""
+    """Write `line` to the terminal now, past pytest's output capture (which holds fixture output
+    until a test fails): capture is suspended while the terminal reporter writes it; without a
+    reporter (`-p no:terminal`) it is printed."""
     reporter: _Lines | None = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
     if reporter is None:
         print(line)
         return
-    reporter.write_line("")
-    reporter.write_line(line)
+    with capture.global_and_fixture_disabled() if capture is not None else nullcontext():
+        reporter.write_line("")
+        reporter.write_line(line)
 
 
 def finish_cluster_dir(work_dir: Path, chosen: bool, failed: int) -> str:

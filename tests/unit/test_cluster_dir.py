@@ -3,13 +3,13 @@ kept after a failing one or when chosen."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
 
-import pytest
-
-from tests.conftest import announce, finish_cluster_dir
+from tests.conftest import finish_cluster_dir
+from tests.datasets import REPO_ROOT
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -39,15 +39,34 @@ def test_a_chosen_folder_is_always_kept(tmp_path: Path) -> None:
     assert work_dir.exists()
 
 
-def test_announce_writes_through_the_terminal_reporter(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """The reporter's stream is not captured, unlike print() inside a fixture."""
-    written: list[str] = []
-    reporter = SimpleNamespace(write_line=written.append)
-    plugins = SimpleNamespace(
-        get_plugin=lambda name: reporter if name == "terminalreporter" else None
+INNER_CONFTEST = """
+import pytest
+
+from tests.conftest import announce
+
+
+@pytest.fixture
+def announced(request: pytest.FixtureRequest) -> None:
+    print("printed-and-captured")
+    announce(request.config, "announced-past-the-capture")
+
+
+def test_inner(announced: None) -> None:
+    pass
+"""
+
+
+def test_announce_is_shown_while_fixture_output_is_captured(tmp_path: Path) -> None:
+    """A passing test's fixture output stays captured (hidden); the announced line is shown."""
+    (tmp_path / "test_inner.py").write_text(INNER_CONFTEST)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_inner.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    announce(cast(Any, SimpleNamespace(pluginmanager=plugins)), "component logs in /x/logs")
-    assert written == ["", "component logs in /x/logs"]
-    assert capsys.readouterr().out == ""
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "announced-past-the-capture" in result.stdout
+    assert "printed-and-captured" not in result.stdout
