@@ -207,8 +207,6 @@ async def _from_cluster(
     from scheduler.kube.client import api_client_for
 
     namespace, _, name = pod_ref.partition("/")
-    if not namespace or not name:
-        raise CommandError(f"--pod must be NAMESPACE/NAME, got {pod_ref[:100]!r}")
     async with await api_client_for(str(kubeconfig) if kubeconfig else None) as api_client:
         core = client.CoreV1Api(api_client)
 
@@ -257,6 +255,8 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.pod_file:
         pod_obj, objects = _offline(args.pod_file, args.cluster)
     elif args.pod:
+        if not all(args.pod.partition("/")[::2]):
+            raise CommandError(f"--pod must be NAMESPACE/NAME, got {args.pod[:100]!r}")
         kubeconfig = settings.kubeconfig or kubeconfig_from_env(os.environ)
         check_kubeconfig(kubeconfig, os.environ)
         pod_obj, objects = asyncio.run(_from_cluster(kubeconfig, args.pod))

@@ -205,3 +205,10 @@ def test_help_says_which_commands_read_kubeconfig(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["topology", "discover", "--help"])
     assert "$KUBECONFIG" in capsys.readouterr().out
+
+
+def test_explain_checks_the_pod_reference_first(capsys: pytest.CaptureFixture[str]) -> None:
+    for ref in ("bad", "ns/", "/name"):
+        assert main(["explain", "--pod", ref, "--kubeconfig", "/absent"]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line == f"gpu-scheduler explain: --pod must be NAMESPACE/NAME, got {ref!r}"
