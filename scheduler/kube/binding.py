@@ -1,7 +1,9 @@
 """The API calls of a scheduling decision: the Binding, and the PodScheduled condition.
 
 The Binding's annotations are copied onto the pod by the API server in the same call, so the
-GPU indices and NVLink domain the scheduler chose land on the pod atomically with its node.
+GPU indices and NVLink domain the scheduler chose land on the pod atomically with its node. Under
+leader election the Binding also carries the Lease term it was decided in
+(`scheduler.kube.fence.LEASE_TERM_ANNOTATION`), which the fencing policy checks on the server.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any, cast
 from kubernetes_asyncio import client
 
 from scheduler.kube.apierrors import APINotFoundError, api_call, expect_success
+from scheduler.kube.client import fence_of
+from scheduler.kube.fence import LEASE_TERM_ANNOTATION
 
 CONDITION_TYPE = "PodScheduled"
 UNSCHEDULABLE_REASON = "Unschedulable"
@@ -35,7 +39,8 @@ async def bind_pod(
     `APIAlreadyAssignedError`; a deleted pod an `APINotFoundError`).
 
     The pod's UID is a precondition, so a pod deleted and re-created under the same name is
-    never bound by a decision made for its predecessor.
+    never bound by a decision made for its predecessor. The client's Lease term, if any, goes
+    with it (`with_lease_term`).
     """
     body = {
         "apiVersion": "v1",
@@ -44,7 +49,7 @@ async def bind_pod(
             "name": name,
             "namespace": namespace,
             "uid": uid,
-            "annotations": dict(annotations),
+            "annotations": with_lease_term(core_api, annotations),
         },
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
@@ -54,6 +59,15 @@ async def bind_pod(
             name, namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout
         )
     await expect_success(response, what)
+
+
+def with_lease_term(core_api: client.CoreV1Api, annotations: Mapping[str, str]) -> dict[str, str]:
+    """`annotations` plus the Lease term the write fence of `core_api`'s client is open for, when
+    it is armed and open (the API server's fencing policy refuses the request once the term is
+    over)."""
+    fence = fence_of(getattr(core_api, "api_client", None))
+    term = fence.term if fence is not None else None
+    return {**annotations, LEASE_TERM_ANNOTATION: term} if term else dict(annotations)
 
 
 async def set_unschedulable(

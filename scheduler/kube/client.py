@@ -210,7 +210,7 @@ def _log_done(write: _Write, status: int, started: float) -> None:
     )
 
 
-def fence_of(api_client: client.ApiClient) -> WriteFence | None:
+def fence_of(api_client: client.ApiClient | None) -> WriteFence | None:
     """The write fence of `api_client` (None for a client not made by `api_client_for`)."""
     fence = getattr(api_client, "fence", None)
     return fence if isinstance(fence, WriteFence) else None

@@ -16,6 +16,7 @@ from scheduler.kube.apierrors import (
     api_call,
     expect_success,
 )
+from scheduler.kube.binding import with_lease_term
 
 
 class EvictionResult(Enum):
@@ -31,11 +32,17 @@ async def evict_pod(
     core: client.CoreV1Api, namespace: str, name: str, uid: str, timeout: float = 10.0
 ) -> tuple[EvictionResult, str]:
     """Evict one pod; the UID precondition keeps a re-created pod of the same name safe.
-    Returns the result and the API server's message (empty on success)."""
+    Returns the result and the API server's message (empty on success). Under leader election
+    the request carries the Lease term (`with_lease_term`): a term that is over is refused by
+    the API server's fencing policy and reported as FAILED."""
     body = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": with_lease_term(core, {}),
+        },
         "deleteOptions": {"preconditions": {"uid": uid}} if uid else {},
     }
     what = f"eviction of {namespace}/{name}"

@@ -22,9 +22,15 @@ for the two replicas' clocks to run at slightly different rates. A renewal that 
 `held_until` where it was; the end of a term (the Lease seen taken, the renew deadline passed,
 a release) closes the fence at once.
 
-What the fence cannot do: a process frozen in the few microseconds between the last check and the
-socket write sends that one request on waking. The margin covers the API server receiving a write
-admitted just before `held_until`, not a pause of unbounded length at that exact instruction.
+What the fence cannot do alone: a process frozen in the few microseconds between the last check
+and the socket write sends that one request on waking. The margin covers the API server receiving
+a write admitted just before `held_until`, not a pause of unbounded length at that exact
+instruction. For the writes that allocate or take away GPUs (Bindings and Evictions), the API server
+closes that gap: the fence also carries the term it was opened for (`term`: the Lease's namespace,
+name, holder and transition count), the adapters write it on those requests as the annotation
+`LEASE_TERM_ANNOTATION`, and the ValidatingAdmissionPolicy in manifests/fencing-policy.yaml refuses
+a request whose term is not the Lease's current one. A write that leaves after another replica took
+the Lease over is then refused by the server, however long the pause was.
 
 Unarmed (leader election disabled, or no elector at all, e.g. a test's client) the fence lets
 every write through with its own timeout.
@@ -49,6 +55,9 @@ READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases(/[^/]+)?/?$")
 """Lease objects and their collection: the elector's own writes, which acquire the fence."""
 
+LEASE_TERM_ANNOTATION = "gpu-scheduler.io/lease-term"
+"""Annotation on Bindings and Evictions: the term they were sent in, `namespace/name/holder/n`."""
+
 MAX_PATH_CHARS = 200
 """Paths are echoed in logs and errors up to this length."""
 
@@ -57,6 +66,12 @@ def is_fenced(method: str, path: str) -> bool:
     """Whether a request of `method` to `path` (no host, no query) is a write the fence guards:
     every method but GET/HEAD/OPTIONS, except to coordination.k8s.io Leases."""
     return method.upper() not in READ_METHODS and not _LEASES.match(path)
+
+
+def lease_term(namespace: str, name: str, holder: str, transitions: int) -> str:
+    """The term of Lease `namespace/name` held by `holder` after `transitions` changes of
+    holder, as the fencing policy compares it: `namespace/name/holder/transitions`."""
+    return f"{namespace}/{name}/{holder}/{transitions}"
 
 
 def short(path: str) -> str:
@@ -92,12 +107,19 @@ class WriteFence:
         self._margin = 0.0
         self._held_until = -math.inf
         self._why_closed = "no Lease acquired yet"
+        self._term: str | None = None
         self.refused = 0
         """Writes refused so far."""
 
     @property
     def armed(self) -> bool:
         return self._armed
+
+    @property
+    def term(self) -> str | None:
+        """The Lease term writes go out in, `namespace/name/holder/transitions` as
+        `lease_term()` spells it; None when unarmed or closed."""
+        return self._term if self._armed and self._held_until != -math.inf else None
 
     @property
     def held_until(self) -> float:
@@ -116,15 +138,20 @@ class WriteFence:
         self._margin = margin
         self._held_until = -math.inf
         self._why_closed = "no Lease acquired yet"
+        self._term = None
 
-    def renewed(self, started: float) -> None:
-        """An acquire or renew that started at clock reading `started` succeeded."""
+    def renewed(self, started: float, term: str | None = None) -> None:
+        """An acquire or renew that started at clock reading `started` succeeded, in `term`
+        (see `lease_term`; None keeps the term already known)."""
         self._held_until = max(self._held_until, started + self._lease_duration - self._margin)
+        if term is not None:
+            self._term = term
 
     def revoke(self, reason: str) -> None:
         """The term ended (`reason` is said in every refusal until the next `renewed()`)."""
         self._held_until = -math.inf
         self._why_closed = f"leadership ended: {reason}"
+        self._term = None
 
     def remaining(self) -> float:
         """Seconds a write admitted now may take (inf when unarmed; <= 0 when closed)."""

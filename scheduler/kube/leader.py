@@ -63,7 +63,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from scheduler.config import LeaderElectionConfig
-from scheduler.kube.fence import WriteFence
+from scheduler.kube.fence import WriteFence, lease_term
 
 log = structlog.get_logger()
 
@@ -407,7 +407,11 @@ class LeaderElector(Elector):
         """An acquire or renew that started at clock reading `started` succeeded."""
         self._renewed_at = started
         if self._fence is not None and not self._stop.is_set():  # release() closed it for good
-            self._fence.renewed(started)
+            transitions = self._observed.transitions if self._observed else 0
+            term = lease_term(
+                self.config.lease_namespace, self.config.lease_name, self.identity, transitions
+            )
+            self._fence.renewed(started, term)
 
     def _end_term(self, reason: str, released: bool = False) -> None:
         if self._fence is not None:

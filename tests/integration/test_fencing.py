@@ -2,7 +2,10 @@
 placed a pod and kept frozen until the other one has taken the Lease over and bound pods, then
 resumed (SIGCONT). Audited from both sides: each replica's own write log (no binding sent between
 its freeze and its next term) and the cluster (no GPU index bound to two pods, no node bound past
-its GPUs). Also: the leader reports a GPU conflict it finds among bound pods."""
+its GPUs), with the shipped fencing policy (manifests/fencing-policy.yaml) installed, as in a real
+deployment: the client-side fence cannot stop a write frozen between its last check and the socket;
+the policy refuses it on the server. The policy's own test replays exactly that write. Also: the
+leader reports a GPU conflict it finds among bound pods."""
 
 from __future__ import annotations
 
@@ -23,6 +26,12 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import G2_EXPANSION, LocalCluster
 from hack.localcluster.cluster import free_port
+from scheduler.kube.apierrors import APIError
+from scheduler.kube.binding import bind_pod
+from scheduler.kube.client import FencedApiClient
+from scheduler.kube.eviction import EvictionResult, evict_pod
+from scheduler.kube.fence import LEASE_TERM_ANNOTATION, WriteFence, lease_term
+from tests.fencing_policy import fencing_policy
 from tests.integration.test_scheduler_processes import SchedulerProcess
 from tests.kube import eventually
 from tests.scheduling import gpus_of, isolated, make_nodes, our_pod, running_daemon, settings_for
@@ -236,6 +245,38 @@ async def test_a_frozen_leader_never_binds_after_another_took_over(
         return name if name in replicas and name != not_ else None
 
     freezes: list[Freeze] = []
+    await eventually(holder, what="a first leader (the policy's parameter is its Lease)")
+    async with fencing_policy(core_api.api_client, namespace):
+        await _frozen_rounds(core_api, namespace, replicas, freezes, holder, urgent, rng)
+    await scheduling.delete_priority_class(urgent)
+
+    stale = [w for p in replicas.values() for w in _stale_writes(p, freezes)]
+    violated = [f for f in freezes if f.double_booked]
+    fenced = sum(len(p.events("write_fenced")) for p in replicas.values())
+    refused = [r for p in replicas.values() for r in _records(p) if "current term is" in str(r)]
+    summary = (
+        f"{len(freezes)} rounds; rounds with a double-booked node: {len(violated)}; "
+        f"stale binding writes: {len(stale)}; writes fenced off: {fenced}; "
+        f"refused by the server's fencing policy: {len(refused)}"
+    )
+    print(summary)
+    assert not violated, f"{summary}: " + "; ".join(
+        f"round {f.round} ({f.replica} frozen): {f.double_booked}" for f in violated
+    )
+    assert not stale, f"{summary}: {stale}"
+
+
+async def _frozen_rounds(
+    core_api: client.CoreV1Api,
+    namespace: str,
+    replicas: dict[str, SchedulerProcess],
+    freezes: list[Freeze],
+    holder: Callable[[str], Awaitable[str | None]],
+    urgent: str,
+    rng: random.Random,
+) -> None:
+    """`ROUNDS` rounds of `_freeze_round`, each freezing whichever replica leads then; both
+    replicas are resumed and stopped at the end, whatever happened."""
     try:
         for number in range(ROUNDS):
             leader = replicas[await eventually(holder, what="a leader")]
@@ -247,20 +288,56 @@ async def test_a_frozen_leader_never_binds_after_another_took_over(
         for process in replicas.values():
             process.process.send_signal(signal.SIGCONT)
             process.stop()
-        await scheduling.delete_priority_class(urgent)
 
-    stale = [w for p in replicas.values() for w in _stale_writes(p, freezes)]
-    violated = [f for f in freezes if f.double_booked]
-    fenced = sum(len(p.events("write_fenced")) for p in replicas.values())
-    summary = (
-        f"{len(freezes)} rounds; rounds with a double-booked node: {len(violated)}; "
-        f"stale binding writes: {len(stale)}; writes fenced off: {fenced}"
-    )
-    print(summary)
-    assert not stale, f"{summary}: {stale}"
-    assert not violated, f"{summary}: " + "; ".join(
-        f"round {f.round} ({f.replica} frozen): {f.double_booked}" for f in violated
-    )
+
+async def test_the_server_refuses_a_binding_or_eviction_sent_in_a_term_that_is_over(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """The write the client-side fence cannot stop: admitted while the term was open, it reaches
+    the API server after another replica took the Lease over (here the takeover is written while
+    the fence still believes it leads, as a replica frozen after its last check would). The
+    shipped policy refuses it; a Binding of the current term passes and is stamped with it."""
+    coordination = client.CoordinationV1Api(core_api.api_client)
+    lease = {
+        "metadata": {"name": "gpu-scheduler", "namespace": namespace},
+        "spec": {"holderIdentity": "alpha", "leaseDurationSeconds": 15, "leaseTransitions": 4},
+    }
+    await coordination.create_namespaced_lease(namespace, lease)
+    for name in ("current", "stale"):
+        pod = our_pod(namespace, name, 1, scheduler_name="nobody")
+        await core_api.create_namespaced_pod(namespace, pod)
+    fence = WriteFence()
+    fence.arm(lease_duration=15.0, margin=2.0)
+    fence.renewed(time.monotonic(), lease_term(namespace, "gpu-scheduler", "alpha", 4))
+    configuration = core_api.api_client.configuration
+    async with (
+        fencing_policy(core_api.api_client, namespace),
+        FencedApiClient(configuration, fence) as api,
+    ):
+        alpha = client.CoreV1Api(api)
+        await bind_pod(alpha, namespace, "current", "", "node-a", {}, timeout=10.0)
+        bound = await core_api.read_namespaced_pod("current", namespace)
+        assert bound.spec.node_name == "node-a"
+        assert bound.metadata.annotations[LEASE_TERM_ANNOTATION] == fence.term
+
+        taken = await coordination.read_namespaced_lease("gpu-scheduler", namespace)
+        taken.spec.holder_identity, taken.spec.lease_transitions = "beta", 5
+        await coordination.replace_namespaced_lease("gpu-scheduler", namespace, taken)
+        assert fence.remaining() > 0, "the fence still lets alpha's writes out"
+
+        try:
+            await bind_pod(alpha, namespace, "stale", "", "node-a", {}, timeout=10.0)
+        except APIError as refused:
+            message = str(refused)
+        else:
+            message = "bound"
+        result, why = await evict_pod(alpha, namespace, "current", "")
+    stale = await core_api.read_namespaced_pod("stale", namespace)
+    assert stale.spec.node_name is None, "a Binding of a term that is over was accepted"
+    assert "alpha/4" in message and "current term is" in message and "beta/5" in message
+    assert result is EvictionResult.FAILED and "current term is" in why
+    still = await core_api.read_namespaced_pod("current", namespace)
+    assert still.metadata.deletion_timestamp is None
 
 
 async def test_the_leader_reports_pods_bound_to_the_same_gpus(

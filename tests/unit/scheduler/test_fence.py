@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from scheduler.config import LeaderElectionConfig
 from scheduler.kube.apierrors import APIError
-from scheduler.kube.fence import NotLeader, WriteFence, is_fenced
+from scheduler.kube.fence import NotLeader, WriteFence, is_fenced, lease_term
 from scheduler.kube.leader import LeaderElector, LeaseRecord
 
 
@@ -159,3 +159,51 @@ async def test_elector_extends_the_fence_on_success_only_and_closes_it_when_the_
     # margin = 3 - 2 = 1: held until started + 2
     assert seen == [-math.inf, 102.0, 102.5, 102.5, -math.inf]
     assert fence.held_until == -math.inf
+
+
+def test_the_fence_carries_the_term_it_is_open_for_and_forgets_it_when_closed() -> None:
+    clock = Clock()
+    assert WriteFence(clock).term is None  # unarmed: no term, the policy is not asked
+    fence = armed(clock)
+    assert fence.term is None  # closed until the first acquire
+    fence.renewed(clock.now, lease_term("ops", "gpu-scheduler", "a", 3))
+    assert fence.term == "ops/gpu-scheduler/a/3"
+    fence.renewed(clock.now + 1.0)  # a renewal keeps the term
+    assert fence.term == "ops/gpu-scheduler/a/3"
+    fence.revoke("Lease taken by b")
+    assert fence.term is None
+    fence.renewed(clock.now, lease_term("ops", "gpu-scheduler", "a", 5))
+    assert fence.term == "ops/gpu-scheduler/a/5"
+
+
+async def test_elector_opens_the_fence_in_the_term_of_the_lease_it_wrote() -> None:
+    clock = Clock(100.0)
+    fence = WriteFence(clock)
+    config = LeaderElectionConfig(
+        lease_duration_seconds=3,
+        renew_deadline_seconds=2.0,
+        retry_period_seconds=0.01,
+        identity="a",
+        lease_name="sched",
+        lease_namespace="ops",
+    )
+    terms: list[str | None] = []
+    async with client.ApiClient() as unused:
+        elector = LeaderElector(unused, config, clock=clock, fence=fence)
+        script = [7, 7, None]
+
+        async def attempt() -> bool:
+            terms.append(fence.term)
+            transitions = script.pop(0)
+            if transitions is None:
+                elector._stop.set()
+                return False
+            record = LeaseRecord(holder="a", duration_seconds=3, transitions=transitions)
+            elector._observe(record, clock.now)
+            return True
+
+        elector._try_acquire_or_renew = attempt  # type: ignore[method-assign]
+        with capture_logs():
+            await asyncio.wait_for(elector.run(), timeout=30)
+    assert terms == [None, "ops/sched/a/7", "ops/sched/a/7"]
+    assert fence.term is None  # the term ended with the run
