@@ -73,9 +73,7 @@ def test_only_idle_holders_are_listed_with_the_policy_that_applies() -> None:
 def test_unmeasured_or_young_holders_are_not_listed() -> None:
     young = holder("young", started_ago=60.0)
     young_windows = [dataclasses.replace(w, history_s=60.0) for w in windows(101.0)]
-    rows = report_rows(
-        [holder("silent"), young], {}, {young.key: young_windows}, {}, MEASURE, NOW
-    )
+    rows = report_rows([holder("silent"), young], {}, {young.key: young_windows}, {}, MEASURE, NOW)
     assert rows == []
 
 
