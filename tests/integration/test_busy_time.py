@@ -139,6 +139,7 @@ async def test_busy_share_idle_gauge_and_idle_report(
         )
     share = ledger.measured_share(namespace)
     assert share is not None
+    print(f"busy share of {namespace}: {share:.4f} over {ledger.periods} periods")
     assert share == pytest.approx(0.5, abs=0.04)
     busy = totals["gpu_scheduler_gpu_busy_seconds_total"]
     allocated = totals["gpu_scheduler_gpu_allocated_seconds_total"]
