@@ -33,6 +33,7 @@ from reclaim.promql import LabelNames
 from reclaim.usage import DEFAULT_POWER_MODELS, PowerModel
 from scheduler.cache import ClusterCache
 from scheduler.config import ReclaimConfig, SchedulerConfig
+from scheduler.objects import PodInfo
 
 log = structlog.get_logger("gpu-scheduler.accounting")
 
@@ -59,28 +60,33 @@ def measure_of(settings: SchedulerConfig) -> Measure:
     )
 
 
+def holder_of(pod: PodInfo, node: str) -> Holder | None:
+    """`pod` as a GPU holder on `node`; None unless it is bound, not finished and requests whole
+    GPUs."""
+    if pod.gpus <= 0 or not pod.holds_resources:
+        return None
+    moment = pod.scheduled_at or pod.created
+    return Holder(
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        priority_class=pod.priority_class,
+        gpus=pod.gpus,
+        started_at=None if moment is None else moment.timestamp(),
+        node=node,
+    )
+
+
 def cache_holders(cache: ClusterCache) -> list[Holder]:
     """Every pod of the cache that holds whole GPUs (reservations and assumed pods left out:
     they hold nothing yet)."""
     holders = []
     for state in cache.pods.values():
-        pod = state.info
-        if state.assumed or state.reserved_at is not None or pod.gpus <= 0:
+        if state.assumed or state.reserved_at is not None:
             continue
-        if not pod.holds_resources:
-            continue
-        moment = pod.scheduled_at or pod.created
-        holders.append(
-            Holder(
-                namespace=pod.namespace,
-                name=pod.name,
-                uid=pod.uid,
-                priority_class=pod.priority_class,
-                gpus=pod.gpus,
-                started_at=None if moment is None else moment.timestamp(),
-                node=state.node,
-            )
-        )
+        holder = holder_of(state.info, state.node)
+        if holder is not None:
+            holders.append(holder)
     return holders
 
 

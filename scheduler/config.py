@@ -489,9 +489,11 @@ MAX_IDLE_WINDOW_SECONDS = 30 * 86400
 
 
 def _idle_window(value: object) -> float:
-    seconds = _positive_seconds(value)
-    if seconds > MAX_IDLE_WINDOW_SECONDS:
-        raise _Invalid(f"must be at most {MAX_IDLE_WINDOW_SECONDS} (30 days), got {_show(value)}")
+    seconds = _finite(value, "a number of seconds")
+    if not 1.0 <= seconds <= MAX_IDLE_WINDOW_SECONDS:
+        raise _Invalid(
+            f"must be from 1 to {MAX_IDLE_WINDOW_SECONDS} seconds (30 days), got {_show(value)}"
+        )
     return seconds
 
 
@@ -510,7 +512,7 @@ class AccountingConfig:
 
     enabled: bool = field(default=True, metadata=_reads(_boolean))
     """Sample GPU time and export it (read-only: every replica exports)."""
-    period_seconds: float = field(default=60.0, metadata=_reads(_positive_seconds))
+    period_seconds: float = field(default=60.0, metadata=_reads(_number(minimum=1.0)))
     """How often the one batched usage query is sent; each period adds to the counters."""
     idle_window_seconds: float = field(default=3600.0, metadata=_reads(_idle_window))
     """A pod counts in gpu_scheduler_idle_gpus once idle over this whole window."""

@@ -39,6 +39,7 @@ from reclaim.policy import PolicyResult, PolicyStatus, VictimFacts, parse_policy
 from reclaim.prometheus import PrometheusClient, PrometheusQueryFailed
 from reclaim.promql import LabelNames
 from reclaim.signals import GpuWindow
+from scheduler.accounting_task import holder_of, measure_of
 from scheduler.config import ConfigError, SchedulerConfig, add_config_flags, config_from_args
 from scheduler.objects import PodInfo, parse_pod
 
@@ -54,23 +55,7 @@ class ReportError(Exception):
 
 def holders_of(pods: Iterable[PodInfo]) -> list[Holder]:
     """The pods bound to a node, not finished, requesting whole GPUs."""
-    holders = []
-    for pod in pods:
-        if pod.gpus <= 0 or not pod.holds_resources:
-            continue
-        moment = pod.scheduled_at or pod.created
-        holders.append(
-            Holder(
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                pod.priority_class,
-                pod.gpus,
-                None if moment is None else moment.timestamp(),
-                node=pod.node_name,
-            )
-        )
-    return holders
+    return [h for pod in pods if (h := holder_of(pod, pod.node_name)) is not None]
 
 
 def policy_text(
@@ -226,8 +211,6 @@ async def build_report(settings: SchedulerConfig, prometheus_url: str) -> list[J
     pods = [parse_pod(obj) for obj in objects]
     holders = holders_of(pods)
     priorities = {(p.namespace, p.name): p.priority for p in pods}
-    from scheduler.accounting_task import measure_of
-
     measure = measure_of(settings)
     reclaim = settings.reclaim
     try:

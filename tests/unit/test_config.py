@@ -556,8 +556,11 @@ def test_accounting_defaults_and_bounds() -> None:
     assert (accounting.idle_window_seconds, accounting.idle_usage_threshold_percent) == (3600, 5)
     too_long = error_of({"accounting": {"idleWindowSeconds": 31 * 86400}})
     assert too_long.key == "accounting.idleWindowSeconds"
-    assert "at most 2592000" in str(too_long)
+    assert "from 1 to 2592000 seconds" in str(too_long)
+    short = error_of({"accounting": {"idleWindowSeconds": 0.5}})
+    assert short.key == "accounting.idleWindowSeconds"
     for bad in (0, 101, "5"):
         error = error_of({"accounting": {"idleUsageThresholdPercent": bad}})
         assert error.key == "accounting.idleUsageThresholdPercent"
-    assert error_of({"accounting": {"periodSeconds": -1}}).key == "accounting.periodSeconds"
+    for bad in (-1, 0.5):
+        assert error_of({"accounting": {"periodSeconds": bad}}).key == "accounting.periodSeconds"
