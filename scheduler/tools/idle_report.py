@@ -170,13 +170,13 @@ async def _read_cluster(kubeconfig: Path | None) -> tuple[list[JsonObject], list
     from scheduler.kube.apierrors import expect_success
     from scheduler.kube.client import api_client_for
 
+    where = f"kubeconfig {str(kubeconfig)[:200]}" if kubeconfig else "in-cluster configuration"
     try:
         api_client = await api_client_for(str(kubeconfig) if kubeconfig else None)
     except ConfigException as error:
-        where = f"kubeconfig {str(kubeconfig)[:200]}" if kubeconfig else "in-cluster configuration"
         raise ReportError(f"{where}: {_cut(str(error))} (give --kubeconfig FILE)") from None
-    except (OSError, ValueError, TypeError, KeyError) as error:
-        raise ReportError(f"kubeconfig {str(kubeconfig)[:200]}: {_cut(str(error))}") from None
+    except Exception as error:  # not YAML, wrong shape, unreadable: the file is unusable
+        raise ReportError(f"{where}: {_cut(str(error) or type(error).__name__)}") from None
     try:
         async with api_client:
             core = client.CoreV1Api(api_client)

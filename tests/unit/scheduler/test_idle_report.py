@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,16 @@ def test_missing_kubeconfig_is_one_line(capsys: pytest.CaptureFixture[str]) -> N
 def test_no_prometheus_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["idle-report"]) == 2
     assert capsys.readouterr().err.startswith("gpu-scheduler idle-report: no Prometheus")
+
+
+@pytest.mark.parametrize("text", ["garbage: [\n", "- just\n- a list\n", "{}\n"])
+def test_malformed_kubeconfig_is_one_line(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    code = main(["idle-report", "--kubeconfig", str(kubeconfig), "--prometheus-url", "http://x"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"gpu-scheduler idle-report: kubeconfig {kubeconfig}: ")
+    assert err.count("\n") == 1
