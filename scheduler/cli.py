@@ -5,6 +5,7 @@ gpu-scheduler explain ...                        every node's verdict and score 
 gpu-scheduler topology discover [...]            NVLink domains from `nvidia-smi topo -m`
 gpu-scheduler reclaim replay ...                 the idle verdict over recorded samples
 gpu-scheduler simulate ...                       placement policies over a cluster trace
+gpu-scheduler idle-report [--prometheus-url URL]  pods holding idle GPUs, and their reclaim policy
 gpu-scheduler version
 
 Errors the user can fix (a missing kubeconfig, a bad file, a pod that does not exist, an API server
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(run)
     from reclaim.replay import add_reclaim_parser
     from scheduler.tools.explain import add_explain_parser
+    from scheduler.tools.idle_report import add_idle_report_parser
     from scheduler.tools.simulate import add_simulate_parser
     from scheduler.tools.topology_cli import add_topology_parser
 
@@ -76,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_topology_parser(commands)
     add_reclaim_parser(commands)
     add_simulate_parser(commands)
+    add_idle_report_parser(commands)
     return parser
 
 

@@ -484,6 +484,45 @@ class ReclaimConfig:
     """How long the room freed for a nominated pod stays reserved for it."""
 
 
+MAX_IDLE_WINDOW_SECONDS = 30 * 86400
+"""accounting.idleWindowSeconds: at most 30 days, as a reclaim policy's idle window."""
+
+
+def _idle_window(value: object) -> float:
+    seconds = _finite(value, "a number of seconds")
+    if not 1.0 <= seconds <= MAX_IDLE_WINDOW_SECONDS:
+        raise _Invalid(
+            f"must be from 1 to {MAX_IDLE_WINDOW_SECONDS} seconds (30 days), got {_show(value)}"
+        )
+    return seconds
+
+
+def _threshold_percent(value: object) -> float:
+    number = _finite(value, "a number")
+    if not 0.0 < number <= 100.0:
+        raise _Invalid(f"must be a number greater than 0 and at most 100, got {_show(value)}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class AccountingConfig:
+    """GPU time accounting: allocated, busy and idle GPU time (see reclaim.accounting). Reads the
+    Prometheus of `reclaim.prometheusUrl` with the reclaim settings for scrape interval, coverage,
+    labels and power models; without that URL nothing is measured."""
+
+    enabled: bool = field(default=True, metadata=_reads(_boolean))
+    """Sample GPU time and export it (read-only: every replica exports)."""
+    period_seconds: float = field(default=60.0, metadata=_reads(_number(minimum=1.0)))
+    """How often the one batched usage query is sent; each period adds to the counters."""
+    idle_window_seconds: float = field(default=3600.0, metadata=_reads(_idle_window))
+    """A pod counts in gpu_scheduler_idle_gpus once idle over this whole window."""
+    idle_usage_threshold_percent: float = field(default=5.0, metadata=_reads(_threshold_percent))
+    """Usage strictly below this, on every GPU of the pod, over the idle window, is idle."""
+
+    def __post_init__(self) -> None:
+        _check_settings(self)
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """The whole configuration of one `gpu-scheduler run` process."""
@@ -511,6 +550,10 @@ class SchedulerConfig:
     """Leader election."""
     reclaim: ReclaimConfig = field(default_factory=ReclaimConfig, metadata=_nested(ReclaimConfig))
     """Reclaim of idle GPUs when a pod fits nowhere."""
+    accounting: AccountingConfig = field(
+        default_factory=AccountingConfig, metadata=_nested(AccountingConfig)
+    )
+    """GPU time accounting and the idle GPU gauge."""
     # Further sections go here; the loader, overrides and unknown-key checks pick them up.
 
     def __post_init__(self) -> None:

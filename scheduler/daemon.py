@@ -15,6 +15,7 @@ Tasks:
 |                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
 | allocation-tracking | with reclaim on: GPU indices pods really hold, from dcgm-exporter |
 | gpu-conflicts   | while leading: reports pods sharing a GPU index (scheduler.conflicts)  |
+| gpu-accounting  | every replica: GPU busy/allocated time (scheduler.accounting_task)    |
 | http            | /metrics, /healthz, /readyz                                           |
 
 Stop (SIGTERM/SIGINT, or `Daemon.stop()`): the queue closes, so no new cycle starts; in-flight
@@ -31,11 +32,13 @@ from typing import Any
 
 import structlog
 from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
 
 from metrics.registry import Registry
 from metrics.server import make_app, start_server
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
+from scheduler.accounting_task import GpuAccounting
 from scheduler.allocation import AllocationTracker
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
@@ -161,6 +164,8 @@ class Daemon:
         ]
         self.conflicts = ConflictMonitor(self.cache, self.recorder, self.elector, self.synced)
         self.registry = self._metrics()
+        self.accounting = GpuAccounting.from_settings(settings, self.cache)
+        self.accounting_registry = self.accounting.collector.register(CollectorRegistry())
         self._stopping = asyncio.Event()
         self.http_port: int | None = None
 
@@ -248,6 +253,7 @@ class Daemon:
                     self._guarded("leader-election", self.elector.run, group),
                     self._guarded("scheduling", self._schedule_while_leading, group),
                     self._guarded("gpu-conflicts", self.conflicts.run, group),
+                    self._guarded("gpu-accounting", self.accounting.run, group),
                 ]
                 if self.allocation is not None:
                     tasks.append(self._guarded("allocation-tracking", self.allocation.run, group))

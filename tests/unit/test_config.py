@@ -71,6 +71,12 @@ FULL: dict[str, Any] = {
         "powerModels": {"NVIDIA A10": {"idleWatts": 20.0, "maxWatts": 150.0}},
         "reservationSeconds": 120.0,
     },
+    "accounting": {
+        "enabled": False,
+        "periodSeconds": 30.0,
+        "idleWindowSeconds": 7200.0,
+        "idleUsageThresholdPercent": 2.5,
+    },
 }
 
 
@@ -542,3 +548,19 @@ def test_fuzz_sections(section: str, values: dict[str, object]) -> None:
         config_from_data({section: values}, "fuzz.yaml", {})
     except ConfigError as error:
         assert error.key.startswith(section)
+
+
+def test_accounting_defaults_and_bounds() -> None:
+    accounting = load_config(None, {}, {}).accounting
+    assert (accounting.enabled, accounting.period_seconds) == (True, 60.0)
+    assert (accounting.idle_window_seconds, accounting.idle_usage_threshold_percent) == (3600, 5)
+    too_long = error_of({"accounting": {"idleWindowSeconds": 31 * 86400}})
+    assert too_long.key == "accounting.idleWindowSeconds"
+    assert "from 1 to 2592000 seconds" in str(too_long)
+    short = error_of({"accounting": {"idleWindowSeconds": 0.5}})
+    assert short.key == "accounting.idleWindowSeconds"
+    for bad in (0, 101, "5"):
+        error = error_of({"accounting": {"idleUsageThresholdPercent": bad}})
+        assert error.key == "accounting.idleUsageThresholdPercent"
+    for bad in (-1, 0.5):
+        assert error_of({"accounting": {"periodSeconds": bad}}).key == "accounting.periodSeconds"
