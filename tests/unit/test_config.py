@@ -71,6 +71,12 @@ FULL: dict[str, Any] = {
         "powerModels": {"NVIDIA A10": {"idleWatts": 20.0, "maxWatts": 150.0}},
         "reservationSeconds": 120.0,
     },
+    "webhooks": {
+        "enabled": True,
+        "address": "10.0.0.7",
+        "port": 8443,
+        "certDir": "/etc/gpu-scheduler/webhook-tls",
+    },
 }
 
 
@@ -542,3 +548,40 @@ def test_fuzz_sections(section: str, values: dict[str, object]) -> None:
         config_from_data({section: values}, "fuzz.yaml", {})
     except ConfigError as error:
         assert error.key.startswith(section)
+
+
+# --- webhooks -------------------------------------------------------------------------------------
+
+
+def test_webhooks_are_off_by_default_and_listen_on_9443() -> None:
+    webhooks = config_from_data({}).webhooks
+    assert (webhooks.enabled, webhooks.address, webhooks.port, webhooks.cert_dir) == (
+        False,
+        "0.0.0.0",
+        9443,
+        None,
+    )
+
+
+def test_webhooks_port_zero_picks_a_free_port_and_certdir_is_a_path() -> None:
+    webhooks = config_from_data({"webhooks": {"port": 0, "certDir": "tls", "address": ""}}).webhooks
+    assert (webhooks.port, webhooks.cert_dir, webhooks.address) == (0, Path("tls"), "")
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "reason"),
+    [
+        ({"port": 65536}, "webhooks.port", "must be an integer 0..65535, got 65536"),
+        ({"port": True}, "webhooks.port", "must be an integer 0..65535, got True"),
+        ({"address": "a b"}, "webhooks.address", "must be a host name or IP address, got 'a b'"),
+        ({"address": 7}, "webhooks.address", "must be a host name or IP address, got 7"),
+        ({"enabled": "yes"}, "webhooks.enabled", "must be true or false, got 'yes'"),
+        ({"certDir": ""}, "webhooks.certDir", "must be a file path or null, got ''"),
+    ],
+)
+def test_bad_webhooks_settings_name_the_key(
+    section: dict[str, object], key: str, reason: str
+) -> None:
+    error = error_of({"webhooks": section})
+    assert error.key == key
+    assert str(error) == f"config.yaml: {key}: {reason}"

@@ -1,0 +1,266 @@
+"""The admission webhooks against the real API server.
+
+The daemon serves them on 127.0.0.1 (a free port, a self-signed certificate); each test registers
+URL-based webhook configurations (clientConfig.url and the caBundle the daemon reports) scoped to
+its own objects, and deletes them at the end, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from hack.localcluster import G2, LocalCluster
+from reclaim.policy import POLICY_ANNOTATIONS, TOLERATION_SECONDS
+from scheduler.admission.rules import ENABLED_LABEL
+from scheduler.admission.server import (
+    MUTATE_POD,
+    VALIDATE_PRIORITY_CLASS,
+    _loop_signal_handlers,
+)
+from scheduler.daemon import Daemon
+from tests.kube import eventually, gpu_pod, make_namespace
+from tests.scheduling import (
+    TEST_LABEL,
+    isolated,
+    make_nodes,
+    pod_json,
+    running_daemon,
+    settings_for,
+    wait_bound,
+)
+
+TIMEOUT_SECONDS = 2
+VALID_POLICY = dict(zip(POLICY_ANNOTATIONS, ("1000", "60", "300", "5"), strict=True))
+
+
+def _webhook(daemon: Daemon, path: str, name: str, **extra: Any) -> dict[str, Any]:
+    """One webhook entry calling `daemon`'s server at `path`, failurePolicy Ignore."""
+    config = daemon.admission.client_config
+    assert config is not None
+    return {
+        "name": name,
+        "clientConfig": {
+            "url": f"{config['url'].rstrip('/')}/{path}",
+            "caBundle": config["caBundle"],
+        },
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Ignore",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        **extra,
+    }
+
+
+@asynccontextmanager
+async def webhook_configurations(
+    api_client: client.ApiClient,
+    name: str,
+    validating: Mapping[str, Any] | None = None,
+    mutating: Mapping[str, Any] | None = None,
+) -> AsyncIterator[None]:
+    """Create the given webhook configurations named `name`; delete them on the way out."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+    try:
+        if validating is not None:
+            await admission.create_validating_webhook_configuration(
+                {"metadata": {"name": name}, "webhooks": [validating]}
+            )
+        if mutating is not None:
+            await admission.create_mutating_webhook_configuration(
+                {"metadata": {"name": name}, "webhooks": [mutating]}
+            )
+        yield
+    finally:
+        for delete in (
+            admission.delete_validating_webhook_configuration,
+            admission.delete_mutating_webhook_configuration,
+        ):
+            try:
+                await delete(name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+
+
+def _priority_class(name: str, annotations: Mapping[str, str], namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": name,
+            "labels": {TEST_LABEL: namespace},
+            "annotations": dict(annotations),
+        },
+        "value": 100,
+    }
+
+
+async def _refusal(scheduling: client.SchedulingV1Api, body: dict[str, Any]) -> str | None:
+    """The API server's refusal message for creating `body`; None (and the class deleted again)
+    when it was admitted."""
+    try:
+        await scheduling.create_priority_class(body)
+    except client.ApiException as error:
+        if error.status in (400, 403, 422):
+            return str(json.loads(error.body).get("message", ""))
+        raise
+    await scheduling.delete_priority_class(body["metadata"]["name"])
+    return None
+
+
+async def test_a_malformed_reclaim_annotation_is_refused_naming_it_and_the_allowed_values(
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str
+) -> None:
+    settings = settings_for(
+        namespace, webhooks={"enabled": True, "address": "127.0.0.1", "port": 0}
+    )
+    scheduling = client.SchedulingV1Api(api_client)
+    bad = _priority_class(f"{namespace}-bad", {**VALID_POLICY, TOLERATION_SECONDS: "-5"}, namespace)
+    partial = _priority_class(f"{namespace}-partial", {TOLERATION_SECONDS: "60"}, namespace)
+    good = _priority_class(f"{namespace}-good", VALID_POLICY, namespace)
+    loop = asyncio.get_running_loop()
+    handlers = _loop_signal_handlers(loop)
+    async with running_daemon(cluster, settings) as daemon:
+        await eventually(daemon.admission.serving.wait, what="webhook server listening")
+        assert _loop_signal_handlers(loop) == handlers  # kopf's SIGINT/SIGTERM handlers undone
+        webhook = _webhook(
+            daemon,
+            VALIDATE_PRIORITY_CLASS,
+            "priorityclasses.gpu-scheduler.io",
+            rules=[
+                {
+                    "apiGroups": ["scheduling.k8s.io"],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["priorityclasses"],
+                }
+            ],
+            objectSelector={"matchLabels": {TEST_LABEL: namespace}},
+        )
+        async with webhook_configurations(api_client, namespace, validating=webhook):
+            # The API server picks new configurations up within a second or so: retry until then.
+            message = await eventually(lambda: _refusal(scheduling, bad), what="bad class refused")
+            assert TOLERATION_SECONDS in message
+            assert "must be an integer from 0 to 31536000" in message
+            assert '"-5"' in message
+            message = await eventually(lambda: _refusal(scheduling, partial), what="partial")
+            for key in POLICY_ANNOTATIONS:
+                if key != TOLERATION_SECONDS:
+                    assert f"{key} is missing" in message
+            assert await _refusal(scheduling, good) is None  # valid: admitted
+
+
+async def _dry_run_scheduler_name(core: client.CoreV1Api, namespace: str) -> str:
+    pod = gpu_pod("probe", scheduler_name="")
+    del pod["spec"]["schedulerName"]
+    created = await core.create_namespaced_pod(namespace, pod, dry_run="All")
+    return str(created.spec.scheduler_name)
+
+
+async def test_gpu_pods_of_labelled_namespaces_get_our_scheduler_and_others_are_untouched(
+    cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    settings = settings_for(
+        namespace, webhooks={"enabled": True, "address": "127.0.0.1", "port": 0}
+    )
+    await core_api.patch_namespace(namespace, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
+    other = await make_namespace(core_api, f"{namespace}-unlabelled")
+    (node,) = await make_nodes(core_api, [isolated(G2, namespace)])
+    try:
+        async with running_daemon(cluster, settings) as daemon:
+            await eventually(daemon.admission.serving.wait, what="webhook server listening")
+            webhook = _webhook(
+                daemon,
+                MUTATE_POD,
+                "pods.gpu-scheduler.io",
+                rules=[
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+                namespaceSelector={
+                    "matchLabels": {ENABLED_LABEL: "true"},
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": [namespace, other],
+                        }
+                    ],
+                },
+                reinvocationPolicy="Never",
+            )
+            async with webhook_configurations(api_client, namespace, mutating=webhook):
+
+                async def mutated() -> bool:
+                    return await _dry_run_scheduler_name(core_api, namespace) == namespace
+
+                await eventually(mutated, what="the mutating webhook in effect")
+                # A GPU pod naming no scheduler (the API server fills in default-scheduler).
+                pod = gpu_pod("job", node_selector={TEST_LABEL: namespace})
+                del pod["spec"]["schedulerName"]
+                await core_api.create_namespaced_pod(namespace, pod)
+                bound = await wait_bound(core_api, namespace, "job")
+                assert bound["spec"]["schedulerName"] == namespace
+                assert bound["spec"]["nodeName"] == node
+                # A GPU pod in a namespace without the label, and a CPU pod in ours: untouched.
+                await core_api.create_namespaced_pod(other, {**pod, "metadata": {"name": "job"}})
+                assert (await pod_json(core_api, other, "job"))["spec"][
+                    "schedulerName"
+                ] == "default-scheduler"
+                cpu = gpu_pod("cpu", gpus=0)
+                del cpu["spec"]["schedulerName"]
+                await core_api.create_namespaced_pod(namespace, cpu)
+                assert (await pod_json(core_api, namespace, "cpu"))["spec"][
+                    "schedulerName"
+                ] == "default-scheduler"
+                # Another scheduler named on purpose is respected.
+                named = gpu_pod("named", scheduler_name="someone-else")
+                await core_api.create_namespaced_pod(namespace, named)
+                assert (await pod_json(core_api, namespace, "named"))["spec"][
+                    "schedulerName"
+                ] == "someone-else"
+    finally:
+        await core_api.delete_namespace(other)
+
+
+async def test_pods_are_created_while_the_webhook_server_is_down(
+    cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    settings = settings_for(
+        namespace, webhooks={"enabled": True, "address": "127.0.0.1", "port": 0}
+    )
+    await core_api.patch_namespace(namespace, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
+    rules = [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+    ]
+    selector = {"matchLabels": {ENABLED_LABEL: "true", "kubernetes.io/metadata.name": namespace}}
+    stack = contextlib.AsyncExitStack()
+    async with stack:
+        daemon = await stack.enter_async_context(running_daemon(cluster, settings))
+        await eventually(daemon.admission.serving.wait, what="webhook server listening")
+        webhook = _webhook(
+            daemon, MUTATE_POD, "pods.gpu-scheduler.io", rules=rules, namespaceSelector=selector
+        )
+        async with webhook_configurations(api_client, namespace, mutating=webhook):
+
+            async def mutated() -> bool:
+                return await _dry_run_scheduler_name(core_api, namespace) == namespace
+
+            await eventually(mutated, what="the mutating webhook in effect")
+            await stack.aclose()  # the daemon, and its webhook server, stop
+            assert not daemon.admission.serving.is_set()
+            pod = gpu_pod("while-down")
+            del pod["spec"]["schedulerName"]
+            created = await core_api.create_namespaced_pod(namespace, pod)
+            assert created.spec.scheduler_name == "default-scheduler"

@@ -1,0 +1,249 @@
+"""Admission decisions on plain dicts, the self-signed certificate, and the kopf glue that needs
+no API server (credentials, signal handlers)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from kubernetes_asyncio import client
+
+from reclaim.policy import (
+    MINIMUM_PREEMPTABLE_PRIORITY,
+    POLICY_ANNOTATIONS,
+    RESOURCE_IDLE_USAGE_THRESHOLD,
+    TOLERATION_SECONDS,
+)
+from scheduler.admission import certs
+from scheduler.admission.rules import (
+    priority_class_denial,
+    requests_gpus,
+    scheduler_name_to_set,
+)
+from scheduler.admission.server import (
+    _loop_signal_handlers,
+    _restore_signal_handlers,
+    connection_info,
+    operator_settings,
+)
+
+VALID = dict(zip(POLICY_ANNOTATIONS, ("1000", "60", "300", "5"), strict=True))
+
+
+def priority_class(annotations: Any, name: str = "batch-low") -> dict[str, Any]:
+    return {"metadata": {"name": name, "annotations": annotations}, "value": 10}
+
+
+# --- PriorityClass reclaim annotations --------------------------------------------------------
+
+
+def test_classes_without_reclaim_annotations_or_with_all_four_valid_are_admitted() -> None:
+    assert priority_class_denial(priority_class({})) is None
+    assert priority_class_denial(priority_class(None)) is None
+    assert priority_class_denial(priority_class({"other.io/x": "1"})) is None
+    assert priority_class_denial(priority_class(VALID)) is None
+
+
+def test_a_malformed_value_is_refused_naming_the_annotation_value_and_allowed_values() -> None:
+    reason = priority_class_denial(priority_class({**VALID, TOLERATION_SECONDS: "-5"}))
+    assert reason == (
+        f'PriorityClass batch-low: annotation {TOLERATION_SECONDS}="-5": '
+        "must be an integer from 0 to 31536000 (365 days)"
+    )
+
+
+def test_every_bad_annotation_is_named_once() -> None:
+    reason = priority_class_denial(
+        priority_class(
+            {**VALID, MINIMUM_PREEMPTABLE_PRIORITY: "high", RESOURCE_IDLE_USAGE_THRESHOLD: "0"}
+        )
+    )
+    assert reason is not None
+    assert reason.count("annotation ") == 2
+    assert f'{MINIMUM_PREEMPTABLE_PRIORITY}="high": must be an integer (int32' in reason
+    assert f'{RESOURCE_IDLE_USAGE_THRESHOLD}="0": must be a number greater than 0' in reason
+
+
+def test_a_partial_policy_is_refused_naming_each_missing_annotation() -> None:
+    reason = priority_class_denial(priority_class({TOLERATION_SECONDS: "60"}))
+    assert reason is not None
+    for key in POLICY_ANNOTATIONS:
+        assert (f"{key} is missing" in reason) == (key != TOLERATION_SECONDS)
+    assert "all four reclaim-idle-resource annotations are required" in reason
+
+
+def test_a_huge_value_is_cut_in_the_message() -> None:
+    reason = priority_class_denial(priority_class({**VALID, TOLERATION_SECONDS: "9" * 100_000}))
+    assert reason is not None
+    assert len(reason) < 400
+    assert "..." in reason
+
+
+def test_odd_objects_never_raise() -> None:
+    assert priority_class_denial({}) is None
+    assert priority_class_denial({"metadata": "x"}) is None
+    reason = priority_class_denial({"metadata": {"annotations": {TOLERATION_SECONDS: 5}}})
+    assert reason is not None and "is missing" in reason  # non-string values read as str()
+
+
+# --- pods given our scheduler -----------------------------------------------------------------
+
+
+def pod(
+    scheduler: str | None = None,
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    init_limits: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "resources": {"limits": limits or {}, "requests": requests or {}}}
+        ]
+    }
+    if init_limits is not None:
+        spec["initContainers"] = [{"name": "init", "resources": {"limits": init_limits}}]
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+
+
+@pytest.mark.parametrize("scheduler", [None, "", "default-scheduler"])
+def test_gpu_pods_naming_no_scheduler_or_the_default_get_ours(scheduler: str | None) -> None:
+    assert scheduler_name_to_set(pod(scheduler, {"nvidia.com/gpu": "1"}), "gpu-x") == "gpu-x"
+
+
+@pytest.mark.parametrize(
+    "gpu_pod",
+    [
+        pod(limits={"nvidia.com/gpu": "2"}),
+        pod(requests={"nvidia.com/gpu": "1"}),
+        pod(limits={"nvidia.com/mig-1g.18gb": "1"}),
+        pod(limits={"cpu": "1"}, init_limits={"nvidia.com/gpu": "1"}),
+        pod(init_limits={"nvidia.com/mig-3g.71gb": "1"}),
+    ],
+)
+def test_any_container_asking_for_gpus_or_mig_counts(gpu_pod: dict[str, Any]) -> None:
+    assert requests_gpus(gpu_pod["spec"])
+    assert scheduler_name_to_set(gpu_pod, "gpu-scheduler") == "gpu-scheduler"
+
+
+@pytest.mark.parametrize(
+    "other_pod",
+    [
+        pod(limits={"cpu": "1", "memory": "1Gi"}),
+        pod(limits={"nvidia.com/gpu": "0"}),
+        pod(limits={"example.com/gpu": "1", "nvidia.com/gpus": "1"}),
+        pod("someone-else", {"nvidia.com/gpu": "1"}),
+        pod("gpu-scheduler", {"nvidia.com/gpu": "1"}),  # already ours: nothing to patch
+    ],
+)
+def test_other_pods_are_left_alone(other_pod: dict[str, Any]) -> None:
+    assert scheduler_name_to_set(other_pod, "gpu-scheduler") is None
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"containers": None},
+        {"containers": "x"},
+        {"containers": [None, 3, {"resources": None}, {"resources": {"limits": "x"}}]},
+        {"initContainers": [{"resources": {"requests": None}}]},
+    ],
+)
+def test_malformed_pods_never_raise(spec: dict[str, Any]) -> None:
+    assert scheduler_name_to_set({"spec": spec}, "gpu-scheduler") is None
+    assert scheduler_name_to_set({"spec": "x"}, "gpu-scheduler") is None
+
+
+# --- certificates ------------------------------------------------------------------------------
+
+
+def test_the_self_signed_certificate_is_its_own_ca_for_the_names_and_addresses(
+    tmp_path: Path,
+) -> None:
+    files = certs.self_signed(["0.0.0.0", "localhost", "127.0.0.1", "localhost"], tmp_path)
+    assert files.ca is None
+    certificate = x509.load_pem_x509_certificate(files.cert.read_bytes())
+    assert certificate.issuer == certificate.subject
+    assert certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert stat.S_IMODE(files.key.stat().st_mode) == 0o600
+
+
+def test_no_usable_name_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one host name"):
+        certs.self_signed(["0.0.0.0", ""], tmp_path)
+
+
+def test_a_mounted_secret_needs_cert_and_key_and_may_carry_a_ca(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"webhooks.certDir: .*tls.crt is missing"):
+        certs.mounted(tmp_path)
+    (tmp_path / "tls.crt").write_text("c")
+    with pytest.raises(FileNotFoundError, match=r"tls\.key is missing"):
+        certs.mounted(tmp_path)
+    (tmp_path / "tls.key").write_text("k")
+    assert certs.mounted(tmp_path).ca is None
+    (tmp_path / "ca.crt").write_text("a")
+    assert certs.mounted(tmp_path).ca == tmp_path / "ca.crt"
+
+
+# --- kopf glue ---------------------------------------------------------------------------------
+
+
+async def test_kopf_gets_the_daemons_bearer_token_and_tls_files() -> None:
+    configuration = client.Configuration(host="https://10.0.0.1:6443")
+    configuration.api_key = {"BearerToken": "abc"}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    configuration.ssl_ca_cert = "/ca.crt"
+    info = await connection_info(configuration)
+    assert (info.server, info.scheme, info.token, info.ca_path) == (
+        "https://10.0.0.1:6443",
+        "Bearer",
+        "abc",
+        "/ca.crt",
+    )
+    assert info.insecure is False
+    configuration = client.Configuration(host="https://h")
+    configuration.cert_file, configuration.key_file = "/c.pem", "/k.pem"
+    info = await connection_info(configuration)
+    assert (info.token, info.certificate_path, info.private_key_path) == (None, "/c.pem", "/k.pem")
+
+
+def test_kopf_runs_standalone_without_scanning_events_management_or_sigkill() -> None:
+    settings = operator_settings(server=object())  # type: ignore[arg-type]
+    assert settings.peering.standalone is True
+    assert settings.scanning.disabled is True
+    assert settings.posting.enabled is False
+    assert settings.admission.managed is None
+    assert settings.process.ultimate_exiting_timeout is None
+
+
+async def test_signal_handlers_kopf_replaced_are_put_back_and_those_it_added_removed() -> None:
+    loop = asyncio.get_running_loop()
+    calls: list[str] = []
+    loop.add_signal_handler(signal.SIGTERM, calls.append, "ours")
+    try:
+        saved = _loop_signal_handlers(loop)
+        assert set(saved) == {signal.SIGTERM}
+        loop.add_signal_handler(signal.SIGTERM, calls.append, "kopf")  # what kopf does
+        loop.add_signal_handler(signal.SIGINT, calls.append, "kopf")
+        _restore_signal_handlers(loop, saved)
+        assert set(_loop_signal_handlers(loop)) == {signal.SIGTERM}
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+            if calls:
+                break
+        assert calls == ["ours"]
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGINT)
