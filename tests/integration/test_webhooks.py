@@ -10,21 +10,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
+from hack.localcluster.cluster import REPO_ROOT
 from reclaim.policy import POLICY_ANNOTATIONS, TOLERATION_SECONDS
-from scheduler.admission.rules import ENABLED_LABEL
+from scheduler.admission.rules import ENABLED_LABEL, priority_class_denial
 from scheduler.admission.server import (
     MUTATE_POD,
     VALIDATE_PRIORITY_CLASS,
     _loop_signal_handlers,
 )
 from scheduler.daemon import Daemon
+from tests.integration.test_deployment_rbac import _rbac_documents, _token_kubeconfig
 from tests.kube import eventually, gpu_pod, make_namespace
 from tests.scheduling import (
     TEST_LABEL,
@@ -36,26 +41,29 @@ from tests.scheduling import (
     wait_bound,
 )
 
-TIMEOUT_SECONDS = 2
 VALID_POLICY = dict(zip(POLICY_ANNOTATIONS, ("1000", "60", "300", "5"), strict=True))
+MANIFESTS = REPO_ROOT / "manifests"
 
 
-def _webhook(daemon: Daemon, path: str, name: str, **extra: Any) -> dict[str, Any]:
-    """One webhook entry calling `daemon`'s server at `path`, failurePolicy Ignore."""
+def shipped_webhook(file: str, daemon: Daemon, **scoping: Any) -> dict[str, Any]:
+    """The webhook entry of manifests/`file` (its rules, failurePolicy, timeout, selectors), with
+    its Service swapped for `daemon`'s URL (same path) and CA bundle, and `scoping` added:
+    `names` narrows the namespaceSelector to those namespaces, `objectSelector` is set."""
+    documents = yaml.safe_load_all((MANIFESTS / file).read_text())
+    (configuration,) = (d for d in documents if d["kind"].endswith("WebhookConfiguration"))
+    (webhook,) = configuration["webhooks"]
     config = daemon.admission.client_config
     assert config is not None
-    return {
-        "name": name,
-        "clientConfig": {
-            "url": f"{config['url'].rstrip('/')}/{path}",
-            "caBundle": config["caBundle"],
-        },
-        "admissionReviewVersions": ["v1"],
-        "sideEffects": "None",
-        "failurePolicy": "Ignore",
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        **extra,
-    }
+    path = webhook["clientConfig"]["service"]["path"]
+    webhook["clientConfig"] = {"url": config["url"] + path, "caBundle": config["caBundle"]}
+    if "names" in scoping:
+        selector = webhook.setdefault("namespaceSelector", {})
+        selector.setdefault("matchExpressions", []).append(
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": scoping["names"]}
+        )
+    if "objectSelector" in scoping:
+        webhook["objectSelector"] = scoping["objectSelector"]
+    return webhook
 
 
 @asynccontextmanager
@@ -130,20 +138,12 @@ async def test_a_malformed_reclaim_annotation_is_refused_naming_it_and_the_allow
     async with running_daemon(cluster, settings) as daemon:
         await eventually(daemon.admission.serving.wait, what="webhook server listening")
         assert _loop_signal_handlers(loop) == handlers  # kopf's SIGINT/SIGTERM handlers undone
-        webhook = _webhook(
+        webhook = shipped_webhook(
+            "webhook-validating.yaml",
             daemon,
-            VALIDATE_PRIORITY_CLASS,
-            "priorityclasses.gpu-scheduler.io",
-            rules=[
-                {
-                    "apiGroups": ["scheduling.k8s.io"],
-                    "apiVersions": ["v1"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": ["priorityclasses"],
-                }
-            ],
             objectSelector={"matchLabels": {TEST_LABEL: namespace}},
         )
+        assert webhook["clientConfig"]["url"].endswith("/" + VALIDATE_PRIORITY_CLASS)
         async with webhook_configurations(api_client, namespace, validating=webhook):
             # The API server picks new configurations up within a second or so: retry until then.
             message = await eventually(lambda: _refusal(scheduling, bad), what="bad class refused")
@@ -176,30 +176,8 @@ async def test_gpu_pods_of_labelled_namespaces_get_our_scheduler_and_others_are_
     try:
         async with running_daemon(cluster, settings) as daemon:
             await eventually(daemon.admission.serving.wait, what="webhook server listening")
-            webhook = _webhook(
-                daemon,
-                MUTATE_POD,
-                "pods.gpu-scheduler.io",
-                rules=[
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ],
-                namespaceSelector={
-                    "matchLabels": {ENABLED_LABEL: "true"},
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "In",
-                            "values": [namespace, other],
-                        }
-                    ],
-                },
-                reinvocationPolicy="Never",
-            )
+            webhook = shipped_webhook("webhooks.yaml", daemon, names=[namespace, other])
+            assert webhook["clientConfig"]["url"].endswith("/" + MUTATE_POD)
             async with webhook_configurations(api_client, namespace, mutating=webhook):
 
                 async def mutated() -> bool:
@@ -241,17 +219,11 @@ async def test_pods_are_created_while_the_webhook_server_is_down(
         namespace, webhooks={"enabled": True, "address": "127.0.0.1", "port": 0}
     )
     await core_api.patch_namespace(namespace, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
-    rules = [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
-    ]
-    selector = {"matchLabels": {ENABLED_LABEL: "true", "kubernetes.io/metadata.name": namespace}}
     stack = contextlib.AsyncExitStack()
     async with stack:
         daemon = await stack.enter_async_context(running_daemon(cluster, settings))
         await eventually(daemon.admission.serving.wait, what="webhook server listening")
-        webhook = _webhook(
-            daemon, MUTATE_POD, "pods.gpu-scheduler.io", rules=rules, namespaceSelector=selector
-        )
+        webhook = shipped_webhook("webhooks.yaml", daemon, names=[namespace])
         async with webhook_configurations(api_client, namespace, mutating=webhook):
 
             async def mutated() -> bool:
@@ -264,3 +236,150 @@ async def test_pods_are_created_while_the_webhook_server_is_down(
             del pod["spec"]["schedulerName"]
             created = await core_api.create_namespaced_pod(namespace, pod)
             assert created.spec.scheduler_name == "default-scheduler"
+
+
+# --- the ValidatingAdmissionPolicy shipped in manifests/ ---------------------------------------
+
+POLICY_FILE = REPO_ROOT / "manifests" / "reclaim-annotations-policy.yaml"
+INTEGER_VALUES = (
+    "0",
+    "5",
+    "+5",
+    "-5",
+    "007",
+    "0" * 31 + "5",
+    "1e3",
+    "5.0",
+    " 5",
+    "",
+    "x",
+    "99999999999",
+    "2147483647",
+    "2147483648",
+    "-2147483648",
+    "-2147483649",
+    "31536000",
+    "31536001",
+    "2592000",
+    "2592001",
+    "1" * 33,
+)
+THRESHOLD_VALUES = (
+    "5",
+    "0",
+    "100",
+    "100.0",
+    "100.5",
+    ".5",
+    "5.",
+    "1e1",
+    "1e3",
+    "1e-999",
+    "1e999",
+    "-1",
+    "+50",
+    "nan",
+    "inf",
+    "0x10",
+    "5%",
+    "",
+    " 5",
+    "1" * 33,
+)
+
+
+def _policy_cases() -> list[dict[str, str]]:
+    """Annotation sets: none, each key missing, and each value above in each key."""
+    cases: list[dict[str, str]] = [{}, dict(VALID_POLICY)]
+    for key in POLICY_ANNOTATIONS:
+        cases.append({k: v for k, v in VALID_POLICY.items() if k != key})
+        cases.append({key: VALID_POLICY[key]})
+        values = THRESHOLD_VALUES if key == POLICY_ANNOTATIONS[-1] else INTEGER_VALUES
+        cases.extend({**VALID_POLICY, key: value} for value in values)
+    return cases
+
+
+async def _admitted(scheduling: client.SchedulingV1Api, body: dict[str, Any]) -> bool:
+    try:
+        await scheduling.create_priority_class(body, dry_run="All")
+    except client.ApiException as error:
+        if error.status in (400, 403, 422):
+            return False
+        raise
+    return True
+
+
+async def test_the_admission_policy_decides_as_the_reclaim_parser(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    policy, binding = yaml.safe_load_all(POLICY_FILE.read_text())
+    policy["metadata"]["name"] = binding["metadata"]["name"] = namespace
+    binding["spec"]["policyName"] = namespace
+    binding["spec"]["matchResources"] = {"objectSelector": {"matchLabels": {TEST_LABEL: namespace}}}
+    admission = client.AdmissionregistrationV1Api(api_client)
+    scheduling = client.SchedulingV1Api(api_client)
+    await admission.create_validating_admission_policy(policy)
+    try:
+        await admission.create_validating_admission_policy_binding(binding)
+        bad = _priority_class(namespace, {TOLERATION_SECONDS: "-5"}, namespace)
+
+        async def in_effect() -> bool:
+            return not await _admitted(scheduling, bad)
+
+        await eventually(in_effect, what="the admission policy in effect")
+        status = (await admission.read_validating_admission_policy(namespace)).status
+        assert status.type_checking is None or not status.type_checking.expression_warnings
+        disagreements = []
+        for index, annotations in enumerate(_policy_cases()):
+            body = _priority_class(f"{namespace}-{index}", annotations, namespace)
+            expected = priority_class_denial(body) is None
+            if await _admitted(scheduling, body) != expected:
+                disagreements.append((annotations, expected))
+        assert disagreements == []
+    finally:
+        for delete, name in (
+            (admission.delete_validating_admission_policy_binding, namespace),
+            (admission.delete_validating_admission_policy, namespace),
+        ):
+            try:
+                await delete(name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+
+
+async def test_the_webhooks_serve_with_the_manifest_rbac_and_a_bearer_token(
+    cluster: LocalCluster,
+    api_client: client.ApiClient,
+    core_api: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """kopf logs in with the daemon's own credentials (here a ServiceAccount token) and needs no
+    rights beyond manifests/rbac.yaml: it manages no webhook configuration and watches nothing."""
+    assert cluster.binaries is not None
+    await asyncio.to_thread(
+        subprocess.run,
+        [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
+        input=yaml.safe_dump_all(_rbac_documents(namespace)),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    token = await core_api.create_namespaced_service_account_token(
+        "gpu-scheduler", namespace, {"spec": {"expirationSeconds": 3600}}
+    )
+    kubeconfig = _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
+    await core_api.patch_namespace(namespace, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
+    settings = settings_for(
+        namespace, webhooks={"enabled": True, "address": "127.0.0.1", "port": 0}
+    )
+    async with running_daemon(cluster, settings, kubeconfig) as daemon:
+        await eventually(daemon.admission.serving.wait, what="webhook server listening")
+        webhook = shipped_webhook("webhooks.yaml", daemon, names=[namespace])
+        async with webhook_configurations(api_client, namespace, mutating=webhook):
+
+            async def mutated() -> bool:
+                return await _dry_run_scheduler_name(core_api, namespace) == namespace
+
+            await eventually(mutated, what="the mutating webhook in effect")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 from kubernetes_asyncio import client
 
@@ -22,16 +23,20 @@ from reclaim.policy import (
 )
 from scheduler.admission import certs
 from scheduler.admission.rules import (
+    ENABLED_LABEL,
     priority_class_denial,
     requests_gpus,
     scheduler_name_to_set,
 )
 from scheduler.admission.server import (
+    MUTATE_POD,
+    VALIDATE_PRIORITY_CLASS,
     _loop_signal_handlers,
     _restore_signal_handlers,
     connection_info,
     operator_settings,
 )
+from scheduler.config import config_from_data
 
 VALID = dict(zip(POLICY_ANNOTATIONS, ("1000", "60", "300", "5"), strict=True))
 
@@ -247,3 +252,58 @@ async def test_signal_handlers_kopf_replaced_are_put_back_and_those_it_added_rem
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         loop.remove_signal_handler(signal.SIGINT)
+
+
+# --- manifests ---------------------------------------------------------------------------------
+
+MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
+
+
+def manifest(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+
+
+def test_the_shipped_webhooks_fail_open_quickly_and_call_the_served_paths() -> None:
+    (mutating,) = (d for d in manifest("webhooks.yaml") if d["kind"].startswith("Mutating"))
+    (validating,) = manifest("webhook-validating.yaml")
+    for configuration, path in ((mutating, MUTATE_POD), (validating, VALIDATE_PRIORITY_CLASS)):
+        (webhook,) = configuration["webhooks"]
+        assert webhook["failurePolicy"] == "Ignore"
+        assert webhook["timeoutSeconds"] <= 3
+        assert webhook["sideEffects"] == "None"
+        assert webhook["clientConfig"]["service"]["path"] == f"/{path}"
+        assert webhook["clientConfig"]["service"]["name"] == "gpu-scheduler-webhooks"
+    (webhook,) = mutating["webhooks"]
+    assert webhook["namespaceSelector"] == {"matchLabels": {ENABLED_LABEL: "true"}}
+    assert webhook["rules"][0]["resources"] == ["pods"]
+    assert webhook["rules"][0]["operations"] == ["CREATE"]
+
+
+def test_the_deployment_serves_the_webhooks_with_the_mounted_certificate() -> None:
+    (configmap,) = manifest("configmap.yaml")
+    settings = config_from_data(yaml.safe_load(configmap["data"]["config.yaml"]), "configmap")
+    assert settings.webhooks.enabled
+    (deployment,) = manifest("deployment.yaml")
+    pod_spec = deployment["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    (certificate,) = (d for d in manifest("webhook-certificate.yaml") if d["kind"] == "Certificate")
+    assert str(settings.webhooks.cert_dir) == mounts["webhook-tls"]
+    assert volumes["webhook-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["webhooks"] == settings.webhooks.port
+    (service,) = (d for d in manifest("webhooks.yaml") if d["kind"] == "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "webhooks"
+    assert f"{service['metadata']['name']}.gpu-scheduler.svc" in certificate["spec"]["dnsNames"]
+    kustomization = manifest("kustomization.yaml")[0]["resources"]
+    assert {"webhooks.yaml", "webhook-certificate.yaml", "reclaim-annotations-policy.yaml"} <= set(
+        kustomization
+    )
+    assert "webhook-validating.yaml" not in kustomization  # the admission policy validates
+
+
+def test_the_rbac_grants_no_webhook_configuration_rights() -> None:
+    for document in manifest("rbac.yaml"):
+        for rule in document.get("rules", []):
+            assert "admissionregistration.k8s.io" not in rule["apiGroups"]
