@@ -13,8 +13,10 @@
 
 kopf installs SIGINT/SIGTERM handlers of its own when started in the main thread; they are put
 back as they were at once, so the daemon keeps its graceful stop. kopf configures no logging when
-started this way. Cancelling `run()` stops kopf's tasks (and the HTTPS server) and waits for them;
-only the tasks kopf started are touched.
+started this way; its own records of WARNING and above become `kopf_log` structlog lines (no
+tracebacks). Cancelling `run()` stops kopf's tasks (and the HTTPS server) and waits for them;
+only the tasks kopf started are touched. A failure is logged and retried with backoff: the
+webhooks fail open, so the scheduler keeps running without them.
 
 The decisions themselves are `scheduler.admission.rules`; a refusal is logged and answered with
 the rule's message (HTTP 422 in the AdmissionReview status); a pod given our schedulerName is
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import signal
 import socket
 from collections.abc import AsyncIterator, Mapping
@@ -39,6 +42,7 @@ from kubernetes_asyncio import client
 from scheduler.admission import certs
 from scheduler.admission.rules import priority_class_denial, scheduler_name_to_set
 from scheduler.config import SchedulerConfig, WebhooksConfig
+from topology.text import clip
 
 log = structlog.get_logger("gpu-scheduler.admission")
 
@@ -51,7 +55,44 @@ REFUSED_CODE = 422
 MAX_LOGGED_CHARS = 512
 """Refusal messages are cut to this in log lines (they are bounded already; belt and braces)."""
 
+RETRY_INITIAL_S = 1.0
+RETRY_MAX_S = 60.0
+"""Backoff between attempts to (re)start the webhook server after a failure."""
+
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class KopfLogBridge(logging.Handler):
+    """Forwards kopf's own log records (stdlib `logging`, logger `kopf`) of `KOPF_LOG_LEVEL` and
+    above to structlog as one `kopf_log` line each: the message cut to `MAX_LOGGED_CHARS`, the
+    exception as its type and text, never a traceback."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = ""
+        if record.exc_info and record.exc_info[1] is not None:
+            exception = record.exc_info[1]
+            error = clip(f"{type(exception).__name__}: {exception}", MAX_LOGGED_CHARS)
+        message = clip(record.getMessage(), MAX_LOGGED_CHARS)
+        level = record.levelname.lower()
+        bound = log.bind(logger=record.name, **({"error": error} if error else {}))
+        if record.levelno >= logging.ERROR:
+            bound.error("kopf_log", message=message, level_name=level)
+        else:
+            bound.warning("kopf_log", message=message, level_name=level)
+
+
+KOPF_LOG_LEVEL = logging.WARNING
+"""kopf's records below this are dropped (it logs every handler call at INFO)."""
+
+
+def bridge_kopf_logging() -> None:
+    """Route the `kopf` logger to `KopfLogBridge` only (no propagation to the root logger, so
+    no stdlib traceback on stderr). Idempotent; leaves every other logger alone."""
+    logger = logging.getLogger("kopf")
+    if not any(isinstance(handler, KopfLogBridge) for handler in logger.handlers):
+        logger.addHandler(KopfLogBridge())
+    logger.setLevel(KOPF_LOG_LEVEL)
+    logger.propagate = False
 
 
 async def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
@@ -180,9 +221,12 @@ class AdmissionWebhooks:
         self.configuration: client.Configuration = api_client.configuration
         self.client_config: dict[str, Any] | None = None
         self.serving = asyncio.Event()
+        self.served = False
+        """The current attempt has listened (resets the retry backoff when it fails later)."""
 
     def _record(self, config: dict[str, Any]) -> None:
         self.client_config = config
+        self.served = True
         self.serving.set()
         log.info("admission_webhooks_serving", url=config.get("url"))
 
@@ -191,6 +235,30 @@ class AdmissionWebhooks:
         return [address, "localhost", "127.0.0.1", socket.gethostname()]
 
     async def run(self) -> None:
+        """Serve until cancelled. A failure (a missing certificate file, kopf stopping) is logged
+        as `admission_webhooks_failed` and retried with backoff (`RETRY_INITIAL_S` doubling to
+        `RETRY_MAX_S`, back to the start after a success): the webhooks fail open, and the
+        scheduler is never stopped for them."""
+        bridge_kopf_logging()
+        delay = RETRY_INITIAL_S
+        while True:
+            try:
+                await self._run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                if self.served:
+                    delay = RETRY_INITIAL_S
+                self.served = False
+                log.error(
+                    "admission_webhooks_failed",
+                    error=clip(f"{type(error).__name__}: {error}", MAX_LOGGED_CHARS),
+                    retry_in_s=delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _run_once(self) -> None:
         with certs.temporary_folder() as folder:
             if self.webhooks.cert_dir is not None:
                 files = certs.mounted(self.webhooks.cert_dir)
@@ -222,8 +290,13 @@ class AdmissionWebhooks:
             _restore_signal_handlers(loop, saved)
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            names = sorted(task.get_name() for task in done)
-            raise RuntimeError(f"kopf's admission task(s) {', '.join(names)} ended")
+            ended = sorted(
+                f"{task.get_name()} ({task.exception()!r})"
+                if not task.cancelled() and task.exception() is not None
+                else task.get_name()
+                for task in done
+            )
+            raise RuntimeError(f"kopf's task(s) ended: {'; '.join(ended)}")
         finally:
             self.serving.clear()
             stop.set()

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import signal
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 from cryptography import x509
 from kubernetes_asyncio import client
+from structlog.testing import capture_logs
 
 from reclaim.policy import (
     MINIMUM_PREEMPTABLE_PRIORITY,
@@ -21,7 +24,7 @@ from reclaim.policy import (
     RESOURCE_IDLE_USAGE_THRESHOLD,
     TOLERATION_SECONDS,
 )
-from scheduler.admission import certs
+from scheduler.admission import certs, server
 from scheduler.admission.rules import (
     ENABLED_LABEL,
     priority_class_denial,
@@ -307,3 +310,58 @@ def test_the_rbac_grants_no_webhook_configuration_rights() -> None:
     for document in manifest("rbac.yaml"):
         for rule in document.get("rules", []):
             assert "admissionregistration.k8s.io" not in rule["apiGroups"]
+
+
+# --- failures: logged, retried, never a stopped daemon or a traceback --------------------------
+
+
+async def test_a_missing_certificate_is_logged_and_retried_without_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "RETRY_INITIAL_S", 0.01)
+    monkeypatch.setattr(server, "RETRY_MAX_S", 0.02)
+    settings = config_from_data({"webhooks": {"enabled": True, "certDir": str(tmp_path)}})
+    webhooks = server.AdmissionWebhooks(
+        settings,
+        SimpleNamespace(configuration=client.Configuration()),  # type: ignore[arg-type]
+    )
+    with capture_logs() as logs:
+        task = asyncio.create_task(webhooks.run())
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if sum(e["event"] == "admission_webhooks_failed" for e in logs) >= 3:
+                break
+        assert not task.done()  # still retrying: the daemon's task never ends for it
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    failures = [e for e in logs if e["event"] == "admission_webhooks_failed"]
+    assert len(failures) >= 3
+    assert failures[0]["error"] == (
+        f"FileNotFoundError: webhooks.certDir: {tmp_path / 'tls.crt'} is missing"
+    )
+    assert [e["retry_in_s"] for e in failures[:3]] == [0.01, 0.02, 0.02]
+    assert not webhooks.serving.is_set()
+
+
+def test_kopf_warnings_and_errors_become_one_structlog_line_without_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server.bridge_kopf_logging()
+    server.bridge_kopf_logging()  # idempotent: one handler
+    kopf_logger = logging.getLogger("kopf")
+    assert sum(isinstance(h, server.KopfLogBridge) for h in kopf_logger.handlers) == 1
+    with capture_logs() as logs:
+        logging.getLogger("kopf.objects").info("Handler 'x' succeeded.")
+        try:
+            raise ValueError("x" * 5000)
+        except ValueError:
+            logging.getLogger("kopf._core").exception("Admission webhook server has failed")
+        logging.getLogger("kopf.activities").warning("careful")
+    assert [(e["event"], e["log_level"], e["message"]) for e in logs] == [
+        ("kopf_log", "error", "Admission webhook server has failed"),
+        ("kopf_log", "warning", "careful"),
+    ]
+    assert logs[0]["error"].startswith("ValueError: xxx")
+    assert len(logs[0]["error"]) < server.MAX_LOGGED_CHARS + 50
+    assert "Traceback" not in capsys.readouterr().err
