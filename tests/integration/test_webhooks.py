@@ -8,6 +8,7 @@ its own objects, and deletes them at the end, whatever happened.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import subprocess
@@ -21,6 +22,7 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
 from hack.localcluster.cluster import REPO_ROOT
+from hack.localcluster.pki import write_pki
 from reclaim.policy import POLICY_ANNOTATIONS, TOLERATION_SECONDS
 from scheduler.admission.rules import ENABLED_LABEL, priority_class_denial
 from scheduler.admission.server import (
@@ -348,7 +350,7 @@ async def test_the_admission_policy_decides_as_the_reclaim_parser(
                     raise
 
 
-async def test_the_webhooks_serve_with_the_manifest_rbac_and_a_bearer_token(
+async def test_the_webhooks_serve_with_the_manifest_rbac_a_token_and_a_mounted_certificate(
     cluster: LocalCluster,
     api_client: client.ApiClient,
     core_api: client.CoreV1Api,
@@ -356,7 +358,18 @@ async def test_the_webhooks_serve_with_the_manifest_rbac_and_a_bearer_token(
     tmp_path: Path,
 ) -> None:
     """kopf logs in with the daemon's own credentials (here a ServiceAccount token) and needs no
-    rights beyond manifests/rbac.yaml: it manages no webhook configuration and watches nothing."""
+    rights beyond manifests/rbac.yaml: it manages no webhook configuration and watches nothing.
+    The certificate comes from a folder laid out as a mounted kubernetes.io/tls Secret: a leaf
+    signed by a CA, with the CA in ca.crt, which becomes the caBundle."""
+    pki = write_pki(tmp_path / "pki")
+    cert_dir = tmp_path / "webhook-tls"
+    cert_dir.mkdir()
+    for source, target in (
+        (pki.serving_cert, "tls.crt"),
+        (pki.serving_key, "tls.key"),
+        (pki.ca_cert, "ca.crt"),
+    ):
+        (cert_dir / target).write_bytes(source.read_bytes())
     assert cluster.binaries is not None
     await asyncio.to_thread(
         subprocess.run,
@@ -372,10 +385,14 @@ async def test_the_webhooks_serve_with_the_manifest_rbac_and_a_bearer_token(
     kubeconfig = _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
     await core_api.patch_namespace(namespace, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
     settings = settings_for(
-        namespace, webhooks={"enabled": True, "address": "127.0.0.1", "port": 0}
+        namespace,
+        webhooks={"enabled": True, "address": "127.0.0.1", "port": 0, "certDir": str(cert_dir)},
     )
     async with running_daemon(cluster, settings, kubeconfig) as daemon:
         await eventually(daemon.admission.serving.wait, what="webhook server listening")
+        assert daemon.admission.client_config is not None
+        ca_bundle = base64.b64decode(daemon.admission.client_config["caBundle"])
+        assert ca_bundle == pki.ca_cert.read_bytes()
         webhook = shipped_webhook("webhooks.yaml", daemon, names=[namespace])
         async with webhook_configurations(api_client, namespace, mutating=webhook):
 
