@@ -518,6 +518,34 @@ class AccountingConfig:
     """A pod counts in gpu_scheduler_idle_gpus once idle over this whole window."""
     idle_usage_threshold_percent: float = field(default=5.0, metadata=_reads(_threshold_percent))
     """Usage strictly below this, on every GPU of the pod, over the idle window, is idle."""
+def _host(value: object) -> str:
+    """A host name or IP address to listen on (IPv6 without brackets); "" is all interfaces."""
+    if value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            if _HOSTNAME.fullmatch(value):
+                return value
+    raise _Invalid(f"must be a host name or IP address, got {_show(value)}")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhooksConfig:
+    """Admission webhooks (kopf's webhook server in this process); see docs/operations.md."""
+
+    enabled: bool = field(default=False, metadata=_reads(_boolean))
+    """Serve the validating (PriorityClass reclaim annotations) and mutating (schedulerName of
+    GPU pods) webhooks. Every replica serves them, leader or not."""
+    address: str = field(default="0.0.0.0", metadata=_reads(_host))
+    """Host name or IP address the HTTPS server listens on ("" or 0.0.0.0: all interfaces)."""
+    port: int = field(default=9443, metadata=_reads(_integer(0, 65535)))
+    """Port of the HTTPS server; 0 picks a free port (tests)."""
+    cert_dir: Path | None = field(default=None, metadata=_reads(_optional_path))
+    """Folder of a mounted `kubernetes.io/tls` Secret (tls.crt, tls.key, optional ca.crt), re-read
+    when the files change; null: a self-signed certificate is made at start."""
 
     def __post_init__(self) -> None:
         _check_settings(self)
@@ -554,6 +582,10 @@ class SchedulerConfig:
         default_factory=AccountingConfig, metadata=_nested(AccountingConfig)
     )
     """GPU time accounting and the idle GPU gauge."""
+    webhooks: WebhooksConfig = field(
+        default_factory=lambda: WebhooksConfig(), metadata=_nested(WebhooksConfig)
+    )
+    """Admission webhooks served by every replica (see docs/operations.md)."""
     # Further sections go here; the loader, overrides and unknown-key checks pick them up.
 
     def __post_init__(self) -> None:

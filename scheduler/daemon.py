@@ -16,6 +16,8 @@ Tasks:
 | allocation-tracking | with reclaim on: GPU indices pods really hold, from dcgm-exporter |
 | gpu-conflicts   | while leading: reports pods sharing a GPU index (scheduler.conflicts)  |
 | gpu-accounting  | every replica: GPU busy/allocated time (scheduler.accounting_task)    |
+| admission-webhooks | with webhooks on, every replica: kopf's HTTPS admission server      |
+|                 | (scheduler.admission.server)                                          |
 | http            | /metrics, /healthz, /readyz                                           |
 
 Stop (SIGTERM/SIGINT, or `Daemon.stop()`): the queue closes, so no new cycle starts; in-flight
@@ -39,6 +41,7 @@ from metrics.server import make_app, start_server
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
 from scheduler.accounting_task import GpuAccounting
+from scheduler.admission.server import AdmissionWebhooks
 from scheduler.allocation import AllocationTracker
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
@@ -162,6 +165,7 @@ class Daemon:
                 self.reclaimer.pdbs,
             ),
         ]
+        self.admission = AdmissionWebhooks(settings, api_client)
         self.conflicts = ConflictMonitor(self.cache, self.recorder, self.elector, self.synced)
         self.registry = self._metrics()
         self.accounting = GpuAccounting.from_settings(settings, self.cache)
@@ -257,6 +261,8 @@ class Daemon:
                 ]
                 if self.allocation is not None:
                     tasks.append(self._guarded("allocation-tracking", self.allocation.run, group))
+                if self.settings.webhooks.enabled:
+                    tasks.append(self._guarded("admission-webhooks", self.admission.run, group))
                 await self._stopping.wait()
                 await self._graceful_stop()
                 for task in tasks:

@@ -77,6 +77,12 @@ FULL: dict[str, Any] = {
         "idleWindowSeconds": 7200.0,
         "idleUsageThresholdPercent": 2.5,
     },
+    "webhooks": {
+        "enabled": True,
+        "address": "10.0.0.7",
+        "port": 8443,
+        "certDir": "/etc/gpu-scheduler/webhook-tls",
+    },
 }
 
 
@@ -564,3 +570,40 @@ def test_accounting_defaults_and_bounds() -> None:
         assert error.key == "accounting.idleUsageThresholdPercent"
     for bad in (-1, 0.5):
         assert error_of({"accounting": {"periodSeconds": bad}}).key == "accounting.periodSeconds"
+
+
+# --- webhooks -------------------------------------------------------------------------------------
+
+
+def test_webhooks_are_off_by_default_and_listen_on_9443() -> None:
+    webhooks = config_from_data({}).webhooks
+    assert (webhooks.enabled, webhooks.address, webhooks.port, webhooks.cert_dir) == (
+        False,
+        "0.0.0.0",
+        9443,
+        None,
+    )
+
+
+def test_webhooks_port_zero_picks_a_free_port_and_certdir_is_a_path() -> None:
+    webhooks = config_from_data({"webhooks": {"port": 0, "certDir": "tls", "address": ""}}).webhooks
+    assert (webhooks.port, webhooks.cert_dir, webhooks.address) == (0, Path("tls"), "")
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "reason"),
+    [
+        ({"port": 65536}, "webhooks.port", "must be an integer 0..65535, got 65536"),
+        ({"port": True}, "webhooks.port", "must be an integer 0..65535, got True"),
+        ({"address": "a b"}, "webhooks.address", "must be a host name or IP address, got 'a b'"),
+        ({"address": 7}, "webhooks.address", "must be a host name or IP address, got 7"),
+        ({"enabled": "yes"}, "webhooks.enabled", "must be true or false, got 'yes'"),
+        ({"certDir": ""}, "webhooks.certDir", "must be a file path or null, got ''"),
+    ],
+)
+def test_bad_webhooks_settings_name_the_key(
+    section: dict[str, object], key: str, reason: str
+) -> None:
+    error = error_of({"webhooks": section})
+    assert error.key == key
+    assert str(error) == f"config.yaml: {key}: {reason}"
