@@ -1,20 +1,22 @@
-"""The scheduler's HTTP endpoints: /metrics, /healthz (the process runs) and /readyz (its caches
-have synced, so its decisions see the whole cluster)."""
+"""The scheduler's HTTP endpoints: /metrics (the daemon's registry in Prometheus's text format),
+/healthz (the process runs) and /readyz (its caches have synced, so its decisions see the whole
+cluster)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from metrics.registry import Registry
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""Text format 0.0.4: every Prometheus version parses it (the names need no escaping)."""
 
-CONTENT_TYPE = "text/plain; version=0.0.4"
 
-
-def make_app(registry: Registry, ready: Callable[[], bool]) -> web.Application:
+def make_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=registry.render(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
