@@ -24,9 +24,11 @@ alerts written for it read this scheduler too:
   `scheduler_plugin_execution_duration_seconds` is per plugin and sampled, and
   `scheduler_scheduling_attempt_duration_seconds` covers the whole attempt: neither means bind
   latency.
-- Preemption counts priority preemption (a PostFilter that evicts lower-priority pods): one
-  attempt per PostFilter run that looked for victims, and the number of victims it chose.
-  Reclaim of idle GPUs has its own `gpu_scheduler_reclaim_*` counters (`metrics.collectors`).
+- Preemption counts priority preemption (a PostFilter that evicts lower-priority pods): the
+  PostFilter calls `preemption(len(victims))` once per run that looked for victims (0 when it
+  found none), as kube-scheduler counts an attempt per DefaultPreemption run and observes the
+  victims it chose. Reclaim of idle GPUs is not priority preemption and has its own
+  `gpu_scheduler_reclaim_*` counters (`metrics.collectors`).
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class Daemon:
             else AlwaysLeader(identity)
         )
         core = client.CoreV1Api(api_client)
-        self.pods = PodHandler(
+        self.pod_handler = PodHandler(
             self.cache,
             self.queue,
             settings.scheduler_name,
@@ -161,7 +161,7 @@ class Daemon:
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,
-                PodWatch(self.pods, self.reclaimer),
+                PodWatch(self.pod_handler, self.reclaimer),
             ),
             Informer(
                 "priorityclasses",
@@ -194,7 +194,7 @@ class Daemon:
                 "Number of pending pods, by the queue type: active, backoff, unschedulable "
                 "(tried, fit nowhere), gated (scheduling gates left, never tried).",
                 ("queue",),
-                lambda: pending_samples(self.queue.pools(), len(self.pods.gated_keys)),
+                lambda: pending_samples(self.queue.pools(), len(self.pod_handler.gated_keys)),
             ),
             Reading(
                 "gauge",

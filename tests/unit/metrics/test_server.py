@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import aiohttp
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from hack.localcluster.cluster import free_port
 from metrics.collectors import Reading, single
-from metrics.server import make_app, start_server
+from metrics.server import make_app, render, start_server
 
 
 async def test_metrics_readyz_and_healthz() -> None:
@@ -32,3 +34,18 @@ async def test_metrics_readyz_and_healthz() -> None:
                 assert "x_ready 1.0\n" in await response.text()
     finally:
         await runner.cleanup()
+
+
+async def test_collectors_are_read_on_the_event_loop_thread() -> None:
+    registry = CollectorRegistry()
+    threads: list[int] = []
+
+    def read() -> list[tuple[tuple[str, ...], float]]:
+        threads.append(threading.get_ident())
+        return [(("a",), 1.0), (("b",), 2.0)]
+
+    registry.register(Reading("gauge", "x_nodes", "Nodes.", ("node",), read))
+    body = (await render(registry)).decode()
+    assert threads == [threading.get_ident()]
+    assert 'x_nodes{node="a"} 1.0\nx_nodes{node="b"} 2.0\n' in body
+    assert body == generate_latest(registry).decode()
