@@ -34,8 +34,7 @@ node), the `allocatable`, `allocated` (taken by bound, assumed or reserved pods)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -98,9 +97,8 @@ def pending_samples(pools: Mapping[str, int], gated: int) -> list[Sample]:
     return [((queue,), float(sizes.get(queue, 0))) for queue in PENDING_QUEUES]
 
 
-@dataclass(frozen=True)
-class DomainGPUs:
-    """The GPUs of one NVLink domain of a node."""
+class DomainGPUs(NamedTuple):
+    """The GPUs of one NVLink domain of a node (a tuple: sorts by node, then domain)."""
 
     node: str
     domain: int
@@ -113,13 +111,13 @@ def node_gpu_samples(domains: Iterable[DomainGPUs]) -> list[Sample]:
     sorted by node and domain. A domain reporting more free GPUs than it has counts as fully
     free (allocated is never negative)."""
     samples: list[Sample] = []
-    for d in sorted(domains, key=lambda d: (d.node, d.domain)):
-        free = min(max(d.free, 0), d.allocatable)
-        values = (d.allocatable, d.allocatable - free, free)
-        samples.extend(
-            ((d.node, str(d.domain), state), float(v))
-            for state, v in zip(GPU_STATES, values, strict=True)
-        )
+    allocatable, allocated, free = GPU_STATES
+    for node, domain, size, left in sorted(domains):
+        idle = min(max(left, 0), size)
+        index = str(domain)
+        samples.append(((node, index, allocatable), float(size)))
+        samples.append(((node, index, allocated), float(size - idle)))
+        samples.append(((node, index, free), float(idle)))
     return samples
 
 
