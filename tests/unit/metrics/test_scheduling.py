@@ -157,3 +157,22 @@ async def test_a_rejected_binding_counts_as_an_error_and_the_retry_as_scheduled(
     assert attempts(metrics, "scheduled") == 1
     sli = "scheduler_pod_scheduling_sli_duration_seconds_count"
     assert value(metrics, sli, attempts="2") == 1
+
+
+async def test_a_cycle_that_raises_counts_as_an_error() -> None:
+    h = harness(cluster(make_node("n", gpus=8)))
+    h.add(pod_info("train", gpus=1))
+
+    def broken(queued: object) -> None:
+        raise RuntimeError("a bug in the cycle")
+
+    h.scheduler.schedule_one = broken  # type: ignore[method-assign]
+    loop = asyncio.create_task(h.scheduler.run())
+    for _ in range(100):  # bounded: until the cycle ran
+        if attempts(h.scheduler.metrics, "error"):
+            break
+        await asyncio.sleep(0)
+    h.queue.close()
+    await asyncio.wait_for(loop, 5)
+    assert attempts(h.scheduler.metrics, "error") == 1
+    assert h.queue.where("default/train") == "backoff"
