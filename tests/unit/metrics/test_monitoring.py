@@ -54,6 +54,29 @@ def test_promtool_accepts_the_rules() -> None:
     assert "SUCCESS" in result.stdout
 
 
+RULE_TESTS = Path(__file__).resolve().parents[2] / "data" / "monitoring" / "rules_test.yaml"
+
+
+def test_the_alerts_fire_when_they_should_and_only_then() -> None:
+    """promtool's rule unit tests: each alert on series that should fire it and on series just
+    short of it (a follower's copy of the same series, a threshold not passed, too short)."""
+    result = subprocess.run(
+        [promtool(), "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_has_a_promtool_test() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    alerts = {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    cases = [case for test in tests for case in test.get("alert_rule_test", [])]
+    fires = {case["alertname"] for case in cases if case["exp_alerts"]}
+    stays_quiet = {case["alertname"] for case in cases if not case["exp_alerts"]}
+    assert alerts == fires == stays_quiet
+
+
 def test_promtool_catches_a_broken_rule(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text(RULES.read_text().replace("> 4", "> > 4", 1))
