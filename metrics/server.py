@@ -1,20 +1,46 @@
-"""The scheduler's HTTP endpoints: /metrics, /healthz (the process runs) and /readyz (its caches
-have synced, so its decisions see the whole cluster)."""
+"""The scheduler's HTTP endpoints: /metrics (the daemon's registry in Prometheus's text format),
+/healthz (the process runs) and /readyz (its caches have synced, so its decisions see the whole
+cluster).
+
+A scrape collects on the event loop, so scrape-time collectors read the scheduler's state
+between two of its steps, never halfway through one; the collected families are then rendered
+to text in a worker thread, so the scheduling loop is not held while a large body (a series per
+node and NVLink domain) is formatted.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Iterable
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import Metric
 
-from metrics.registry import Registry
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""Text format 0.0.4: every Prometheus version parses it (the names need no escaping)."""
 
-CONTENT_TYPE = "text/plain; version=0.0.4"
+
+class Collected:
+    """Families already collected, offered to `generate_latest` as a collector."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
 
 
-def make_app(registry: Registry, ready: Callable[[], bool]) -> web.Application:
+async def render(registry: CollectorRegistry) -> bytes:
+    """`registry` in the text format: collected here, on the event loop; formatted in a thread."""
+    collected = Collected(registry.collect())
+    return await asyncio.to_thread(generate_latest, collected)
+
+
+def make_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=registry.render(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=await render(registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")

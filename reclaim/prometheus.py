@@ -217,6 +217,7 @@ class PrometheusClient:
         self._owns_session = session is None
         self.timeout_s = timeout_s
         self.labels = label_names
+        self.trace_configs: list[aiohttp.TraceConfig] = []  # set before the first query
 
     async def __aenter__(self) -> PrometheusClient:
         return self
@@ -242,7 +243,7 @@ class PrometheusClient:
         PrometheusError (HTTP >= 400, ``"status": "error"``, anything but a vector).
         """
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = aiohttp.ClientSession(trace_configs=self.trace_configs)
         form = {"query": promql, "timeout": f"{self.timeout_s:g}"}  # seconds, as a float
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         try:

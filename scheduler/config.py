@@ -518,6 +518,8 @@ class AccountingConfig:
     """A pod counts in gpu_scheduler_idle_gpus once idle over this whole window."""
     idle_usage_threshold_percent: float = field(default=5.0, metadata=_reads(_threshold_percent))
     """Usage strictly below this, on every GPU of the pod, over the idle window, is idle."""
+
+
 def _host(value: object) -> str:
     """A host name or IP address to listen on (IPv6 without brackets); "" is all interfaces."""
     if value == "":

@@ -49,6 +49,7 @@ import numpy as np
 import structlog
 from kubernetes_asyncio import client
 
+from metrics.scheduling import SchedulingMetrics
 from scheduler.cache import ClusterCache
 from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
@@ -173,6 +174,7 @@ class Scheduler:
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         post_filter: PostFilter | None = None,
+        metrics: SchedulingMetrics | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
         self.cache = cache
@@ -184,6 +186,7 @@ class Scheduler:
         self.is_leader = is_leader
         self.clock = clock
         self.post_filter = post_filter
+        self.metrics = metrics or SchedulingMetrics.unregistered(scheduler_name)
         self._bind_slots = asyncio.Semaphore(bind_concurrency)
         self._tasks = TaskSet("scheduler")
         self._condition_messages: OrderedDict[str, str] = OrderedDict()
@@ -211,6 +214,7 @@ class Scheduler:
                 self.schedule_one(queued)
             except Exception:  # a bug must not stop the loop or lose the pod
                 log.exception("scheduling_cycle_failed", pod=queued.key)
+                self.metrics.error()
                 self.queue.requeue_backoff(queued)
 
     def schedule_one(self, queued: QueuedPod[PodInfo]) -> None:
@@ -284,6 +288,7 @@ class Scheduler:
     ) -> None:
         pod = queued.obj
         self.unschedulable += 1
+        self.metrics.unschedulable()
         log.info("pod_unschedulable", pod=pod.key, message=message, attempts=queued.attempts)
         self.queue.requeue_unschedulable(queued, (message,), plugins)
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
@@ -360,7 +365,7 @@ class Scheduler:
                     self.queue.requeue_backoff(queued)
                     log.warning("bind_skipped_node_gone", pod=pod.key, node=placement.node)
                     return
-                await bind_pod(
+                await self.metrics.timed_bind(bind_pod)(
                     self.core,
                     pod.namespace,
                     pod.name,
@@ -428,6 +433,7 @@ class Scheduler:
         self.queue.done(queued)
         self.pod_gone(pod.uid, pod.key)
         self.bound += 1
+        self.metrics.scheduled(queued.attempts, self.clock() - queued.initial_queued_at)
         note = f"Successfully assigned {pod.key} to {placement.node}; {placement.describe()}"
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, NORMAL, "Scheduled", "Binding", note)
@@ -451,6 +457,7 @@ class Scheduler:
             already_assigned=assigned,
             exc_info=None if api else error,
         )
+        self.metrics.error()
         if gone or assigned:
             self.queue.done(queued)
             return

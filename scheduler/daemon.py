@@ -36,7 +36,17 @@ import structlog
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from metrics.registry import Registry
+from metrics.collectors import (
+    Reading,
+    count_samples,
+    leader_samples,
+    node_gpu_samples,
+    oldest_age_samples,
+    pending_samples,
+    single,
+)
+from metrics.queries import query_histogram, query_timing
+from metrics.scheduling import SchedulingMetrics
 from metrics.server import make_app, start_server
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
@@ -57,6 +67,7 @@ from scheduler.objects import PodInfo
 from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Reclaimer, UsageSource
 from scheduler.profile import default_framework
 from scheduler.queue import SchedulingQueue
+from scheduler.readings import domain_gpus
 
 log = structlog.get_logger("gpu-scheduler.daemon")
 
@@ -97,6 +108,10 @@ class Daemon:
             unschedulable_flush=settings.queue.unschedulable_flush_seconds,
         )
         identity = settings.leader_election.identity
+        self.metrics_registry = CollectorRegistry()
+        """Every metric of this daemon, served on /metrics (see `metrics`); register more
+        collectors here, never in prometheus_client's global registry."""
+        self.metrics = SchedulingMetrics(self.metrics_registry, settings.scheduler_name)
         self.recorder = EventRecorder(api_client, settings.scheduler_name, identity)
         framework = default_framework(settings)
         self.policies = PolicyStore(self.recorder)
@@ -130,6 +145,7 @@ class Daemon:
             is_leader=lambda: self.elector.is_leader,
             clock=clock,
             post_filter=self.reclaimer,
+            metrics=self.metrics,
         )
         self.elector: Elector = (
             LeaderElector(api_client, settings.leader_election, fence=fence_of(api_client))
@@ -137,22 +153,20 @@ class Daemon:
             else AlwaysLeader(identity)
         )
         core = client.CoreV1Api(api_client)
+        self.pod_handler = PodHandler(
+            self.cache,
+            self.queue,
+            settings.scheduler_name,
+            self.scheduler.pod_gone,
+            self.scheduler.pod_gated,
+        )
         self.informers = [
             Informer("nodes", core.list_node, NodeHandler(self.cache, self.queue, self.recorder)),
             Informer("namespaces", core.list_namespace, NamespaceLabels(self.cache, self.queue)),
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,
-                PodWatch(
-                    PodHandler(
-                        self.cache,
-                        self.queue,
-                        settings.scheduler_name,
-                        self.scheduler.pod_gone,
-                        self.scheduler.pod_gated,
-                    ),
-                    self.reclaimer,
-                ),
+                PodWatch(self.pod_handler, self.reclaimer),
             ),
             Informer(
                 "priorityclasses",
@@ -167,9 +181,9 @@ class Daemon:
         ]
         self.admission = AdmissionWebhooks(settings, api_client)
         self.conflicts = ConflictMonitor(self.cache, self.recorder, self.elector, self.synced)
-        self.registry = self._metrics()
         self.accounting = GpuAccounting.from_settings(settings, self.cache)
-        self.accounting_registry = self.accounting.collector.register(CollectorRegistry())
+        self.accounting.collector.register(self.metrics_registry)
+        self._register_collectors()
         self._stopping = asyncio.Event()
         self.http_port: int | None = None
 
@@ -178,58 +192,81 @@ class Daemon:
     def synced(self) -> bool:
         return all(informer.synced.is_set() for informer in self.informers)
 
-    def _metrics(self) -> Registry:
-        registry = Registry()
-        registry.gauge(
-            "gpu_scheduler_pending_pods",
-            "Pods waiting in each queue pool.",
-            ("queue",),
-            reader=lambda: [((pool,), float(n)) for pool, n in self.queue.pools().items()],
-        )
-        registry.counter(
-            "gpu_scheduler_pods_bound_total",
-            "Pods this process bound.",
-            reader=lambda: [((), float(self.scheduler.bound))],
-        )
-        registry.counter(
-            "gpu_scheduler_unschedulable_total",
-            "Scheduling attempts that found no node.",
-            reader=lambda: [((), float(self.scheduler.unschedulable))],
-        )
-        registry.counter(
-            "gpu_scheduler_events_dropped_total",
-            "Events not written because too many writes were pending.",
-            reader=lambda: [((), float(self.recorder.dropped))],
-        )
+    def _register_collectors(self) -> None:
+        """The scrape-time metrics (`metrics.collectors`) and the Prometheus query latency."""
         stats = self.reclaimer.stats
-        registry.counter(
-            "gpu_scheduler_reclaim_attempts_total",
-            "Reclaim attempts for pods that fit nowhere.",
-            reader=lambda: [((), float(stats.attempts))],
-        )
-        registry.counter(
-            "gpu_scheduler_reclaim_evictions_total",
-            "Victims evicted (or, in dry-run, that would have been), by result.",
-            ("result",),
-            reader=lambda: [((k,), float(v)) for k, v in sorted(stats.evictions.items())],
-        )
-        registry.counter(
-            "gpu_scheduler_reclaim_skips_total",
-            "Reclaim attempts that evicted nothing, by reason.",
-            ("reason",),
-            reader=lambda: [((k,), float(v)) for k, v in sorted(stats.skips.items())],
-        )
-        registry.counter(
-            "gpu_scheduler_gpu_conflicts_total",
-            "Nodes found with a GPU index bound to two pods, or more GPUs bound than allocatable.",
-            reader=lambda: [((), float(self.conflicts.reported))],
-        )
-        registry.gauge(
-            "gpu_scheduler_is_leader",
-            "1 while this process holds the leader Lease.",
-            reader=lambda: [((), float(self.elector.is_leader))],
-        )
-        return registry
+        readings = [
+            Reading(
+                "gauge",
+                "scheduler_pending_pods",
+                "Number of pending pods, by the queue type: active, backoff, unschedulable "
+                "(tried, fit nowhere), gated (scheduling gates left, never tried).",
+                ("queue",),
+                lambda: pending_samples(self.queue.pools(), len(self.pod_handler.gated_keys)),
+            ),
+            Reading(
+                "gauge",
+                "gpu_scheduler_oldest_pending_pod_age_seconds",
+                "Seconds since the longest-waiting pending pod first entered the queue (0: none).",
+                (),
+                lambda: oldest_age_samples(self.queue.oldest_queued_at(), self.clock()),
+            ),
+            Reading(
+                "gauge",
+                "gpu_scheduler_node_gpus",
+                "GPUs per node and NVLink domain, by state: allocatable, allocated, free.",
+                ("node", "domain", "state"),
+                lambda: node_gpu_samples(domain_gpus(self.cache)),
+            ),
+            Reading(
+                "gauge",
+                "gpu_scheduler_leader",
+                "1 while this process holds the leader Lease, else 0.",
+                ("identity",),
+                lambda: leader_samples(self.elector.identity, self.elector.is_leader),
+            ),
+            Reading(
+                "counter",
+                "gpu_scheduler_reclaim_attempts",
+                "Reclaim attempts for pods that fit nowhere.",
+                (),
+                lambda: single(stats.attempts),
+            ),
+            Reading(
+                "counter",
+                "gpu_scheduler_reclaim_evictions",
+                "Victims evicted (or, in dry-run, that would have been), by result.",
+                ("result",),
+                lambda: count_samples(stats.evictions),
+            ),
+            Reading(
+                "counter",
+                "gpu_scheduler_reclaim_skips",
+                "Reclaim attempts that evicted nothing, by reason.",
+                ("reason",),
+                lambda: count_samples(stats.skips),
+            ),
+            Reading(
+                "counter",
+                "gpu_scheduler_events_dropped",
+                "Events not written because too many writes were pending.",
+                (),
+                lambda: single(self.recorder.dropped),
+            ),
+            Reading(
+                "counter",
+                "gpu_scheduler_gpu_conflicts",
+                "Nodes found with a GPU index bound to two pods, or more GPUs bound than "
+                "allocatable.",
+                (),
+                lambda: single(self.conflicts.reported),
+            ),
+        ]
+        for reading in readings:
+            self.metrics_registry.register(reading)
+        queries = query_histogram(self.metrics_registry)
+        if isinstance(self.usage, PrometheusClient):
+            self.usage.trace_configs.append(query_timing(queries))
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -239,7 +276,7 @@ class Daemon:
 
     async def run(self) -> None:
         host, port = split_host_port(self.settings.metrics_address)
-        runner = await start_server(make_app(self.registry, self.synced), host, port)
+        runner = await start_server(make_app(self.metrics_registry, self.synced), host, port)
         sockets = [s for site in runner.sites for s in getattr(site._server, "sockets", [])]
         self.http_port = sockets[0].getsockname()[1] if sockets else port
         log.info(

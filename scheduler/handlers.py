@@ -158,6 +158,9 @@ class PodHandler:
         """Our pending pods with required pod affinity: a pod bound by anyone may be the one
         they wait for, so its arrival retries the unschedulable pods (see `_pod_arrived`)."""
         self.gated = gated
+        self.gated_keys: set[str] = set()
+        """Keys of our pending pods held back by scheduling gates (counted as pending pods in
+        the `gated` queue)."""
 
     def _ours_and_pending(self, pod: PodInfo) -> bool:
         return (
@@ -169,6 +172,7 @@ class PodHandler:
 
     def on_add(self, obj: Mapping[str, Any]) -> None:
         pod = parse_pod(obj)
+        self.gated_keys.discard(pod.key)
         if pod.bound:
             was_counted = pod.key in self.cache.pods
             was_assumed = self.cache.is_assumed(pod.key)
@@ -185,6 +189,7 @@ class PodHandler:
             # PreEnqueue: a gated pod is not queued; removing its last gate is an update that
             # queues it at once (below).
             self.queue.delete(pod.key)
+            self.gated_keys.add(pod.key)
             if self.gated is not None and not _shows_gated(obj):
                 self.gated(pod)
         elif self._ours_and_pending(pod):
@@ -207,6 +212,7 @@ class PodHandler:
         pod = parse_pod(obj)
         self.queue.delete(pod.key)
         self.affinity_waiters.discard(pod.key)
+        self.gated_keys.discard(pod.key)
         if self.gone is not None:
             self.gone(pod.uid, pod.key)
         if pod.key in self.cache.pods:

@@ -472,3 +472,14 @@ class SchedulingQueue(Generic[T]):
                 return max(heap[0][0] - self._clock(), 0.0)
             heapq.heappop(heap)
         return None
+
+    def oldest_queued_at(self) -> float | None:
+        """The earliest `initial_queued_at` of the pods waiting in a pool or in flight, on the
+        queue's clock (None when there are none); for the age of the oldest pending pod."""
+        times = itertools.chain(
+            (p.initial_queued_at for _, p in self._active.values()),
+            (p.initial_queued_at for _, p in self._backoff.values()),
+            (p.initial_queued_at for p in self._unschedulable.values()),
+            (f.pod.initial_queued_at for f in self._in_flight.values()),
+        )
+        return min(times, default=None)

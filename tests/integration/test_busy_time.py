@@ -83,7 +83,7 @@ async def holder(
 
 def scraped(daemon: Daemon, namespace: str) -> dict[str, float]:
     """This namespace's exported GPU time, summed over PriorityClasses, from the collector."""
-    text = generate_latest(daemon.accounting_registry).decode()
+    text = generate_latest(daemon.metrics_registry).decode()
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

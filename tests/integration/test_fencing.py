@@ -377,4 +377,4 @@ async def test_the_leader_reports_pods_bound_to_the_same_gpus(
             metrics = await response.text()
     assert event["type"] == "Warning"
     assert f"1 ({namespace}/first, {namespace}/second)" in event["note"]
-    assert "gpu_scheduler_gpu_conflicts_total 1" in metrics
+    assert "\ngpu_scheduler_gpu_conflicts_total 1.0\n" in metrics

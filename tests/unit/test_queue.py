@@ -495,3 +495,23 @@ class QueueMachine(RuleBasedStateMachine):
 
 QueueMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 test_queue_state_machine = QueueMachine.TestCase
+
+
+def test_oldest_queued_at_covers_every_pool_and_flight() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    assert queue.oldest_queued_at() is None
+    queue.add("ns/first", 0, "first")
+    clock.advance(5)
+    queue.add("ns/second", 0, "second")
+    queue.add("ns/third", 0, "third")
+    first = pop(queue)  # in flight
+    assert queue.oldest_queued_at() == 1000.0
+    queue.requeue_unschedulable(first)  # unschedulable pool
+    assert queue.oldest_queued_at() == 1000.0
+    queue.requeue_backoff(pop(queue))  # "second" to backoffQ
+    queue.delete("ns/first")
+    assert queue.oldest_queued_at() == 1005.0
+    queue.delete("ns/second")
+    queue.delete("ns/third")
+    assert queue.oldest_queued_at() is None

@@ -54,7 +54,7 @@ async def test_daemon_never_expires_a_bound_assumed_pod(monkeypatch: pytest.Monk
         assert clock.now - started > 600, "the daemon's clock did not advance"
         assert daemon.cache.is_assumed(KEY)
         assert list(daemon.cache.node_gpus_used("n")) == [True] * 4 + [False] * 4
-        assert "gpu_scheduler_events_dropped_total 0" in daemon.registry.render()
+        assert daemon.metrics_registry.get_sample_value("gpu_scheduler_events_dropped_total") == 0
     finally:
         daemon.stop()
         await asyncio.wait_for(task, 30)
