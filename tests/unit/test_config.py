@@ -71,6 +71,7 @@ FULL: dict[str, Any] = {
         "powerModels": {"NVIDIA A10": {"idleWatts": 20.0, "maxWatts": 150.0}},
         "reservationSeconds": 120.0,
     },
+    "preemption": {"enabled": False},
 }
 
 
