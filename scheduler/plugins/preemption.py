@@ -61,8 +61,6 @@ log = structlog.get_logger("gpu-scheduler.preemption")
 
 FitsWithout = Callable[[PodInfo, str, frozenset[str]], bool]
 """(preemptor, node, removed pod keys) -> whether it passes every filter there without them."""
-Skip = Callable[[PodInfo, str, "str | None"], None]
-"""(preemptor, reason, note or None): count, log and (with a note) report a skipped attempt."""
 
 
 def _epoch(moment: datetime | None) -> float | None:
@@ -86,7 +84,6 @@ class PriorityPreemption:
         recorder: EventRecorder,
         fits_without: FitsWithout,
         nominated_node: Callable[[PodInfo], str | None],
-        skip: Skip,
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -94,7 +91,8 @@ class PriorityPreemption:
         self.recorder = recorder
         self.fits_without = fits_without
         self.nominated_node = nominated_node
-        self.skip = skip
+        self.outcomes: Counter[str] = Counter()
+        """Preemption steps by outcome: planned, or why not (never, wait, no_victims)."""
 
     @property
     def enabled(self) -> bool:
@@ -107,8 +105,8 @@ class PriorityPreemption:
         if why is None:
             why = self._terminating_on_nominated(pod)
         if why is not None:
-            reason = "preemption_never" if pod.preemption_policy == "Never" else "preemption_wait"
-            self.skip(pod, reason, None)
+            reason = "never" if pod.preemption_policy == "Never" else "wait"
+            self._outcome(pod, reason)
             note = f"{fit_message} preemption: {why}".lstrip()
             ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
             self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", note)
@@ -146,9 +144,12 @@ class PriorityPreemption:
                     step=PREEMPTION,
                 )
             )
-        if not plans:
-            self.skip(pod, "no_preemption_victims", None)
+        self._outcome(pod, "planned" if plans else "no_victims", nodes=len(nodes))
         return plans
+
+    def _outcome(self, pod: PodInfo, outcome: str, **fields: int) -> None:
+        self.outcomes[outcome] += 1
+        log.info("preemption_outcome", preemptor=pod.key, outcome=outcome, **fields)
 
     def _lower_priority(self, pod: PodInfo, node: str) -> dict[str, Victim]:
         """The pods on `node` it may preempt, by key: strictly lower priority, counted (not a

@@ -187,7 +187,6 @@ class Reclaimer:
             recorder,
             self._fits_without,
             self.nominated_node,
-            self._skip,
         )
         """The second step, when idle reclaim made no room (the daemon turns it on by
         default, as `preemption.enabled` is; off unless given, for callers of reclaim alone)."""

@@ -110,7 +110,7 @@ async def test_equal_and_higher_priority_pods_are_never_victims(
     rig = make_rig(monkeypatch, cache, mode="off", preemption=True)
     assert await rig.attempt(preemptor()) is None
     assert rig.api.evicted == []
-    assert rig.reclaimer.stats.skips["no_preemption_victims"] == 1
+    assert rig.reclaimer.preemption.outcomes == {"no_victims": 1}
 
 
 async def test_budget_refusal_drops_the_node_and_preempts_on_the_next(
@@ -229,7 +229,7 @@ async def test_no_second_preemption_while_a_victim_terminates_on_the_nominated_n
     rig.clock[0] += 60  # past the cooldown, within the reservation
     assert await rig.attempt(pod) is None
     assert rig.api.evicted == ["pa"]
-    assert rig.reclaimer.stats.skips["preemption_wait"] == 1
+    assert rig.reclaimer.preemption.outcomes == {"planned": 1, "wait": 1}
     assert rig.recorder.notes("FailedScheduling")[-1].endswith(
         "preemption: not eligible due to a terminating pod on the nominated node."
     )
