@@ -1,4 +1,5 @@
-"""The reclaim PostFilter: when a pod fits nowhere, free GPUs held by measurably idle pods.
+"""The PostFilter: when a pod fits nowhere, free GPUs held by measurably idle pods, then (when
+that made no room) preempt pods of lower priority.
 
 One attempt for a pending pod (the preemptor), never two within `cooldownSeconds`:
 
@@ -21,6 +22,9 @@ One attempt for a pending pod (the preemptor), never two within `cooldownSeconds
    while the victims terminate), set `status.nominatedNodeName`, and evict through the Eviction
    API, budget-guarded victims first. A 429 (PodDisruptionBudget) fails that node's set: the
    reservation is dropped and the next node is tried; 404 means the victim is already gone.
+   When this step made no room (off, nothing idle enough, no fitting set, refused, dry-run),
+   priority preemption follows, through the same enforcement (`scheduler.plugins.preemption`;
+   order and semantics in docs/reclaim.md).
 6. The next cycle of the preemptor tries the nominated node first (`NominatedNode`, a Narrow
    plugin, as kube-scheduler evaluates the nominated node first): when it fits there, it goes
    there.

@@ -187,19 +187,20 @@ async def test_nvlink_domain_decides_the_victims(monkeypatch: pytest.MonkeyPatch
 async def test_cpu_only_preemptor_never_takes_an_idle_gpu_pod_that_frees_no_cpu(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Node a: 1 CPU, all of it held by a protected pod; an idle GPU pod requests no CPU. The
-    # preemptor needs CPU only: evicting the GPU pod frees nothing it lacks, so reclaim must not
-    # take it (the victims must hold what the preemptor is missing).
-    idle = victim_pod("idle-gpu", "a")
-    idle["spec"]["containers"][0]["resources"]["requests"].pop("cpu", None)
-    idle["spec"]["containers"][0]["resources"].get("limits", {}).pop("cpu", None)
-    holder = make_pod("holder", gpus=0, cpu="1", node="a", priority=5000)
-    holder["status"] = {"phase": "Running", "startTime": "2024-05-01T10:00:00Z"}
-    cache = cluster(make_node("a", gpus=1, domains="0", cpu="1"), pods=[idle, holder])
+    # Node a: 1 CPU. Two idle pods whose class allows reclaim: one holds the GPU and no CPU, the
+    # other 900m CPU and no GPU. The preemptor needs 500m CPU only: the victims must hold what
+    # it is missing, so only the CPU holder goes, although the GPU pod is taken first in
+    # reclaim's order (GPU count descending) and frees nothing the preemptor lacks.
+    idle_gpu = victim_pod("idle-gpu", "a")
+    idle_gpu["spec"]["containers"][0]["resources"]["requests"].pop("cpu", None)
+    idle_cpu = victim_pod("idle-cpu", "a", gpus=0)
+    idle_cpu["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "900m"
+    cache = cluster(make_node("a", gpus=1, domains="0", cpu="1"), pods=[idle_gpu, idle_cpu])
     rig = make_rig(monkeypatch, cache, preemption=True)
     pod = parse_pod(make_pod("preemptor", gpus=0, cpu="500m", priority=1000))
-    assert await rig.attempt(pod) is None
-    assert rig.api.evicted == []
+    assert await rig.attempt(pod) == "a"
+    assert rig.api.evicted == ["idle-cpu"]
+    assert rig.reclaimer.preemption.outcomes == {}
 
 
 async def test_cpu_only_preemptor_preempts_the_pod_holding_cpu_not_the_gpu_pod(
