@@ -38,6 +38,10 @@ PREEMPTION_POLICIES = (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER)
 NEVER_MESSAGE = "not eligible due to preemptionPolicy=Never."
 TERMINATING_MESSAGE = "not eligible due to a terminating pod on the nominated node."
 """kube-scheduler's words for a preemptor that may not preempt now."""
+MIN_CANDIDATE_NODES_PERCENTAGE = 10
+MIN_CANDIDATE_NODES_ABSOLUTE = 100
+"""kube-scheduler's defaults (DefaultPreemptionArgs): the dry run stops once this many candidate
+nodes are found (`candidate_limit`), one of them without a budget violation."""
 PRIORITY_OFFSET = 2**31
 """Added to every priority before summing, as kube-scheduler does: with negative priorities a
 node with more victims must not sum lower than one with fewer of the same priority."""
@@ -94,6 +98,18 @@ class NodeVictims:
             if v.priority == top and v.start_time is not None and math.isfinite(v.start_time)
         ]
         return min(known) if known else -math.inf
+
+
+def candidate_limit(potential_nodes: int) -> int:
+    """How many candidate nodes are enough: 10 % of the potential ones, at least 100, at most
+    all of them (kube-scheduler's GetOffsetAndNumCandidates with the default arguments)."""
+    wanted = potential_nodes * MIN_CANDIDATE_NODES_PERCENTAGE // 100
+    return min(max(wanted, MIN_CANDIDATE_NODES_ABSOLUTE), potential_nodes)
+
+
+def enough_candidates(per_node: Mapping[str, NodeVictims], limit: int) -> bool:
+    """Whether the dry run may stop: `limit` candidates found, one of them violating no budget."""
+    return len(per_node) >= limit and any(v.violations == 0 for v in per_node.values())
 
 
 def preemptor_not_eligible(preemption_policy: str) -> str | None:

@@ -35,6 +35,7 @@ how many pods of which priorities on which node.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -51,6 +52,8 @@ from scheduler.preemption import (
     TERMINATING_MESSAGE,
     Candidate,
     NodeVictims,
+    candidate_limit,
+    enough_candidates,
     nodes_in_order,
     preemptor_not_eligible,
     select_victims,
@@ -98,9 +101,12 @@ class PriorityPreemption:
     def enabled(self) -> bool:
         return self.settings.enabled
 
-    def plans(self, pod: PodInfo, nodes: list[str], fit_message: str) -> list[Plan]:
+    async def plans(self, pod: PodInfo, nodes: list[str], fit_message: str) -> list[Plan]:
         """Preemption plans for `pod` over the candidate `nodes` (in the snapshot's order), best
-        first; empty when it may not preempt or nothing helps (the reason is reported)."""
+        first; empty when it may not preempt or nothing helps (the reason is reported). Stops
+        after `candidate_limit` candidate nodes, as kube-scheduler does, and yields to the event
+        loop between nodes (every what-if runs all filters; the plans are re-validated before
+        anything is evicted, so a cache that moved on meanwhile is caught there)."""
         why = preemptor_not_eligible(pod.preemption_policy)
         if why is None:
             why = self._terminating_on_nominated(pod)
@@ -114,7 +120,11 @@ class PriorityPreemption:
         allowed = self.pdbs.allowed()
         per_node: dict[str, NodeVictims] = {}
         found: dict[str, dict[str, Victim]] = {}
+        limit = candidate_limit(len(nodes))
         for node in nodes:
+            if enough_candidates(per_node, limit):
+                break
+            await asyncio.sleep(0)
             if node not in self.cache.row_of:
                 continue
             victims = self._lower_priority(pod, node)

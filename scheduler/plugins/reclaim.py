@@ -292,7 +292,7 @@ class Reclaimer:
                 return node  # idle victims made room: nobody busy is preempted
         if not self.preemption.enabled or self._preemptor_stale(pod) is not None:
             return node
-        plans = self.preemption.plans(pod, nodes, fit_message)
+        plans = await self.preemption.plans(pod, nodes, fit_message)
         if not plans:
             return node
         return await self._enforce(pod, plans)

@@ -234,3 +234,24 @@ async def test_no_second_preemption_while_a_victim_terminates_on_the_nominated_n
     assert rig.recorder.notes("FailedScheduling")[-1].endswith(
         "preemption: not eligible due to a terminating pod on the nominated node."
     )
+
+
+async def test_the_dry_run_stops_after_kube_schedulers_candidate_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 150 full one-GPU nodes: 10 % is below the floor of 100, so 100 nodes are evaluated.
+    names = [f"n{i:03}" for i in range(150)]
+    cache = cluster(
+        *one_gpu_nodes(*names), pods=[busy_pod(f"p{n}", n, 1 + i) for i, n in enumerate(names)]
+    )
+    rig = make_rig(monkeypatch, cache, mode="off", preemption=True)
+    evaluated: set[str] = set()
+    fits = rig.reclaimer.preemption.fits_without
+
+    def counting(pod: Any, node: str, removed: frozenset[str]) -> bool:
+        evaluated.add(node)
+        return fits(pod, node, removed)
+
+    rig.reclaimer.preemption.fits_without = counting
+    assert await rig.attempt(preemptor()) == "n000"  # the lowest victim priority among them
+    assert len(evaluated) == 100

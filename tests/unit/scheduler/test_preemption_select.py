@@ -10,6 +10,8 @@ from scheduler.preemption import (
     PRIORITY_OFFSET,
     Candidate,
     NodeVictims,
+    candidate_limit,
+    enough_candidates,
     nodes_in_order,
     pick_node,
     preemptor_not_eligible,
@@ -217,3 +219,19 @@ def test_preemption_policy_is_parsed_and_a_bad_value_reported_and_never_preempts
     assert bad.preemption_policy == "Never"
     (error,) = [e for e in bad.errors if e.field == "spec.preemptionPolicy"]
     assert "PreemptLowerPriority, Never" in error.message and len(error.message) < 200
+
+
+# -- how many candidate nodes are enough -----------------------------------------------------------
+
+
+def test_candidate_limit_is_ten_percent_at_least_a_hundred_at_most_all() -> None:
+    assert candidate_limit(5) == 5
+    assert candidate_limit(500) == 100
+    assert candidate_limit(5000) == 500
+
+
+def test_dry_run_stops_only_with_a_candidate_violating_no_budget() -> None:
+    violating = {"a": nv(Candidate("a1", 1), violations=1)}
+    assert not enough_candidates(violating, 1)
+    assert enough_candidates({**violating, "b": nv(Candidate("b1", 9))}, 2)
+    assert not enough_candidates({"b": nv(Candidate("b1", 9))}, 2)
