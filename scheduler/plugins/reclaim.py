@@ -258,8 +258,9 @@ class Reclaimer:
     # -- one attempt -----------------------------------------------------------------------------
 
     async def attempt(self, pod: PodInfo) -> str | None:
-        """One reclaim attempt for `pod`; returns the node room was made (or would be made, in
-        dry-run) on, or None. Never raises for API or Prometheus trouble: it skips."""
+        """One PostFilter attempt for `pod`: idle reclaim, then (when that made no room)
+        priority preemption; returns the node room was made (or, for reclaim in dry-run, would
+        be made) on, or None. Never raises for API or Prometheus trouble: it skips."""
         if not self.enabled:
             return None
         self._prune()
