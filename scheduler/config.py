@@ -554,6 +554,19 @@ class WebhooksConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptionConfig:
+    """Priority preemption (kube-scheduler's DefaultPreemption), the PostFilter's second step
+    after idle reclaim; see docs/reclaim.md."""
+
+    enabled: bool = field(default=True, metadata=_reads(_boolean))
+    """true (the default, as in kube-scheduler): a pod that fits nowhere, and for which idle
+    reclaim made no room, may evict pods of strictly lower priority; false: it never does."""
+
+    def __post_init__(self) -> None:
+        _check_settings(self)
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """The whole configuration of one `gpu-scheduler run` process."""
 
@@ -588,6 +601,10 @@ class SchedulerConfig:
         default_factory=lambda: WebhooksConfig(), metadata=_nested(WebhooksConfig)
     )
     """Admission webhooks served by every replica (see docs/operations.md)."""
+    preemption: PreemptionConfig = field(
+        default_factory=PreemptionConfig, metadata=_nested(PreemptionConfig)
+    )
+    """Priority preemption when a pod fits nowhere and idle reclaim made no room."""
     # Further sections go here; the loader, overrides and unknown-key checks pick them up.
 
     def __post_init__(self) -> None:

@@ -131,6 +131,7 @@ class Daemon:
             self.usage,
             clock=clock,
             is_leader=lambda: self.elector.is_leader,
+            preemption=settings.preemption,
         )
         framework.narrowers.append(NominatedNode(self.reclaimer))
         self.scheduler = Scheduler(

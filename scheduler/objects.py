@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from scheduler.plugins.unsupported import unsupported_fields
 from scheduler.podfields import HostPort, pod_features
+from scheduler.preemption import read_preemption_policy
 from scheduler.quantity import QuantityError, base_units, cpu_millis
 from scheduler.spread import SpreadConstraint, parse_spread_constraints
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
@@ -145,6 +146,8 @@ class PodInfo:
     """Extended resources requested beyond `requests` and `mig` (example.com/foo, hugepages-*)."""
     unsupported: tuple[str, ...] = ()
     """Paths of fields it uses that the scheduler does not implement (plugins.unsupported)."""
+    preemption_policy: str = "PreemptLowerPriority"
+    """spec.preemptionPolicy: Never keeps the pod from preempting others (scheduler.preemption)."""
 
     @property
     def bound(self) -> bool:
@@ -511,6 +514,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     if scheduled_at is None and spec.get("nodeName"):
         scheduled_at = _timestamp(status.get("startTime"))
     spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
+    preemption_policy = read_preemption_policy(spec, _reporter(errors))
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -543,6 +547,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         host_ports=features.host_ports,
         scalar=features.scalar,
         unsupported=unsupported_fields(obj),
+        preemption_policy=preemption_policy,
     )
 
 

@@ -1,4 +1,5 @@
-"""The reclaim PostFilter: when a pod fits nowhere, free GPUs held by measurably idle pods.
+"""The PostFilter: when a pod fits nowhere, free GPUs held by measurably idle pods, then (when
+that made no room) preempt pods of lower priority.
 
 One attempt for a pending pod (the preemptor), never two within `cooldownSeconds`:
 
@@ -21,6 +22,9 @@ One attempt for a pending pod (the preemptor), never two within `cooldownSeconds
    while the victims terminate), set `status.nominatedNodeName`, and evict through the Eviction
    API, budget-guarded victims first. A 429 (PodDisruptionBudget) fails that node's set: the
    reservation is dropped and the next node is tried; 404 means the victim is already gone.
+   When this step made no room (off, nothing idle enough, no fitting set, refused, dry-run),
+   priority preemption follows, through the same enforcement (`scheduler.plugins.preemption`;
+   order and semantics in docs/reclaim.md).
 6. The next cycle of the preemptor tries the nominated node first (`NominatedNode`, a Narrow
    plugin, as kube-scheduler evaluates the nominated node first): when it fits there, it goes
    there.
@@ -50,22 +54,18 @@ from kubernetes_asyncio import client
 
 from reclaim.policy import (
     Candidate,
-    PolicyResult,
-    PolicyStatus,
     VictimFacts,
     VictimSet,
     best_node,
     budget_violations,
     choose_victims,
     order_candidates,
-    parse_policy,
-    quote,
     victim_eligibility,
 )
 from reclaim.signals import GpuWindow
-from reclaim.usage import DEFAULT_POWER_MODELS, PowerModel, Verdict, idle_verdict
+from reclaim.usage import DEFAULT_POWER_MODELS, PowerModel, idle_verdict
 from scheduler.cache import RESERVATION_PREFIX, ClusterCache
-from scheduler.config import ReclaimConfig
+from scheduler.config import PreemptionConfig, ReclaimConfig
 from scheduler.framework.interface import BoolArray, CycleState, Rejection
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
@@ -76,6 +76,9 @@ from scheduler.kube.informer import InformerHandler, KubeObject
 from scheduler.objects import PodInfo, parse_pod
 from scheduler.pdb import PdbStore
 from scheduler.plugins.nvlink import one_domain_feasible
+from scheduler.plugins.preemption import PriorityPreemption
+from scheduler.plugins.reclaim_policies import PolicyStore
+from scheduler.plugins.victims import PREEMPTION, Plan, Victim
 from topology.occupancy import choose_gpus
 
 log = structlog.get_logger("gpu-scheduler.reclaim")
@@ -107,96 +110,6 @@ class UsageSource(Protocol):
         keeps a predecessor's samples out of a pod's window, `uids` drops other pods' series
         where they carry a UID, `scrape_interval_s` sizes the sub-windows."""
         ...
-
-
-class PolicyStore:
-    """PriorityClass reclaim policies, parsed once per version; also the informer handler that
-    reports invalid policies (log line and Warning event naming the annotation and value)."""
-
-    def __init__(self, recorder: EventRecorder | None = None) -> None:
-        self.recorder = recorder
-        self._raw: dict[str, Mapping[str, Any]] = {}
-        self._parsed: dict[str, tuple[str, PolicyResult]] = {}
-
-    def policy(self, priority_class: str) -> PolicyResult:
-        obj = self._raw.get(priority_class)
-        if obj is None:
-            return PolicyResult(priority_class, PolicyStatus.NONE)
-        metadata = obj.get("metadata") or {}
-        version = str(metadata.get("resourceVersion") or "")
-        cached = self._parsed.get(priority_class)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        try:
-            annotations = metadata.get("annotations") or {}
-            result = parse_policy(priority_class, {str(k): str(v) for k, v in annotations.items()})
-        except Exception as error:  # one unreadable class never blocks reclaim for the others
-            log.exception("reclaim_policy_unreadable", priority_class=priority_class)
-            result = PolicyResult(
-                priority_class,
-                PolicyStatus.INVALID,
-                errors=(
-                    f"PriorityClass {priority_class}: unreadable annotations: {quote(str(error))}",
-                ),
-            )
-        self._parsed[priority_class] = (version, result)
-        if result.status is PolicyStatus.INVALID:
-            for error_text in result.errors:
-                log.warning(
-                    "reclaim_policy_invalid", priority_class=priority_class, error=error_text
-                )
-            if self.recorder is not None:
-                ref = ObjectRef(
-                    "PriorityClass",
-                    priority_class,
-                    uid=str(metadata.get("uid") or ""),
-                    api_version="scheduling.k8s.io/v1",
-                )
-                note = "; ".join(result.errors) + " (its pods are not reclaimed)"
-                self.recorder.emit(ref, WARNING, "InvalidReclaimPolicy", "Reclaim", note)
-        return result
-
-    # informer handler
-    def on_add(self, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        self._raw[name] = obj
-        self.policy(name)
-
-    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        self.on_add(new)
-
-    def on_delete(self, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        self._raw.pop(name, None)
-        self._parsed.pop(name, None)
-
-
-@dataclass(frozen=True)
-class Victim:
-    """An eligible pod, its policy window, the PodDisruptionBudgets guarding it, and (once
-    measured) its verdict."""
-
-    pod: PodInfo
-    node: str
-    gpus: tuple[int, ...]
-    window_s: int
-    threshold_pct: float
-    verdict: Verdict | None = None
-    budgets: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The victims chosen on one node; `guarded` are those a budget forbids evicting now."""
-
-    node: str
-    victims: tuple[Victim, ...]
-    guarded: frozenset[str] = frozenset()
-
-    def eviction_order(self) -> list[Victim]:
-        """Budget-guarded victims first: if the API server refuses one, nothing else on the
-        node was evicted for nothing."""
-        return sorted(self.victims, key=lambda v: v.pod.key not in self.guarded)
 
 
 @dataclass(frozen=True)
@@ -243,6 +156,7 @@ class Reclaimer:
         wall_clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
         pdbs: PdbStore | None = None,
+        preemption: PreemptionConfig | None = None,
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -270,10 +184,20 @@ class Reclaimer:
         """Latest informer view of the preemptors being worked on or nominated (None: deleted);
         kept current by `PodWatch`."""
         self._lock = asyncio.Lock()
+        self.preemption = PriorityPreemption(
+            preemption or PreemptionConfig(enabled=False),
+            cache,
+            self.pdbs,
+            recorder,
+            self._fits_without,
+            self.nominated_node,
+        )
+        """The second step, when idle reclaim made no room (the daemon turns it on by
+        default, as `preemption.enabled` is; off unless given, for callers of reclaim alone)."""
 
     @property
     def enabled(self) -> bool:
-        return self.settings.mode != "off"
+        return self.settings.mode != "off" or self.preemption.enabled
 
     def cooling_down(self, pod_key: str) -> bool:
         last = self._last_attempt.get(pod_key)
@@ -334,8 +258,9 @@ class Reclaimer:
     # -- one attempt -----------------------------------------------------------------------------
 
     async def attempt(self, pod: PodInfo) -> str | None:
-        """One reclaim attempt for `pod`; returns the node room was made (or would be made, in
-        dry-run) on, or None. Never raises for API or Prometheus trouble: it skips."""
+        """One PostFilter attempt for `pod`: idle reclaim, then (when that made no room)
+        priority preemption; returns the node room was made (or, for reclaim in dry-run, would
+        be made) on, or None. Never raises for API or Prometheus trouble: it skips."""
         if not self.enabled:
             return None
         self._prune()
@@ -357,9 +282,25 @@ class Reclaimer:
                 del self._views[pod.key]
 
     async def _attempt(self, pod: PodInfo) -> str | None:
-        victims = self._eligible(pod)
-        if victims is None:
+        found = self._candidate_nodes(pod)
+        if found is None:
             return None
+        nodes, fit_message = found
+        node = None
+        if self.settings.mode != "off":
+            node = await self._reclaim(pod, nodes)
+            if node is not None and self.settings.mode == "enforce":
+                return node  # idle victims made room: nobody busy is preempted
+        if not self.preemption.enabled or self._preemptor_stale(pod) is not None:
+            return node
+        plans = await self.preemption.plans(pod, nodes, fit_message)
+        if not plans:
+            return node
+        return await self._enforce(pod, plans)
+
+    async def _reclaim(self, pod: PodInfo, nodes: list[str]) -> str | None:
+        """The first step: idle victims (see the module docstring)."""
+        victims = self._eligible(pod, nodes)
         if not victims:
             self._skip(pod, "no_eligible_pods", None)
             return None
@@ -396,7 +337,9 @@ class Reclaimer:
             return plan.node
         return await self._enforce(pod, plans)
 
-    def _eligible(self, pod: PodInfo) -> list[Victim] | None:
+    def _candidate_nodes(self, pod: PodInfo) -> tuple[list[str], str] | None:
+        """The nodes rejected only for reasons removing pods can fix, in snapshot order, and
+        the failure message; None when the pod fits somewhere now."""
         snapshot = Snapshot(self.cache)
         with self.cache.released(pod.key):
             diagnosis = self.framework.run_filters(pod, snapshot, CycleState())
@@ -407,6 +350,10 @@ class Reclaimer:
                 snapshot.names[row]
                 for row in np.flatnonzero(diagnosis.resolvable_nodes(snapshot.valid))
             ]
+        return nodes, diagnosis.message(snapshot.valid)
+
+    def _eligible(self, pod: PodInfo, nodes: list[str]) -> list[Victim]:
+        """The pods on `nodes` whose PriorityClass policy lets `pod` reclaim them."""
         now = self.wall_clock()
         victims: list[Victim] = []
         for node in nodes:
@@ -654,6 +601,7 @@ class Reclaimer:
                 self.stats.evictions[result.value] += 1
                 log.info(
                     "reclaim_evict",
+                    step=plan.step,
                     preemptor=pod.key,
                     pod=victim.pod.key,
                     node=node,
@@ -672,7 +620,7 @@ class Reclaimer:
             self._skip(
                 pod,
                 "eviction_blocked",
-                f"reclaim on node {node} stopped: eviction refused ({_cut(message)}); "
+                f"{plan.step} on node {node} stopped: eviction refused ({_cut(message)}); "
                 "trying elsewhere",
             )
         return None
@@ -680,6 +628,9 @@ class Reclaimer:
     # -- reporting ---------------------------------------------------------------------------
 
     def _report(self, pod: PodInfo, plan: Plan, dry_run: bool) -> None:
+        if plan.step == PREEMPTION:
+            self.preemption.report(pod, plan)
+            return
         victims = plan.victims
         gpus = sum(v.pod.gpus for v in victims)
         verb = "would reclaim" if dry_run else "reclaiming"
@@ -705,7 +656,9 @@ class Reclaimer:
                 self._tell_victim(pod, victim, dry_run=True)
 
     def _tell_victim(self, pod: PodInfo, victim: Victim, dry_run: bool) -> None:
-        assert victim.verdict is not None
+        if victim.verdict is None:  # chosen by priority preemption, not measured
+            self.preemption.tell_victim(pod, victim)
+            return
         usage = victim.verdict.usage_pct
         shown = "unknown" if usage is None else f"{usage:.1f} %"
         verb = "would evict" if dry_run else "evicted"

@@ -104,7 +104,11 @@ async def test_scheduler_runs_with_the_manifest_rbac(
             return bool(pod["status"].get("conditions"))
 
         await eventually(condition_written, what="PodScheduled condition patched")
-        assert daemon.recorder.written >= 2  # Scheduled and FailedScheduling events
+
+        async def events_written() -> bool:  # written concurrently with the condition patch
+            return daemon.recorder.written >= 2  # Scheduled and FailedScheduling events
+
+        await eventually(events_written, timeout=10, what="events written")
     lease = await client.CoordinationV1Api(core_api.api_client).read_namespaced_lease(
         "gpu-scheduler", namespace
     )

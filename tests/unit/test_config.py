@@ -83,6 +83,7 @@ FULL: dict[str, Any] = {
         "port": 8443,
         "certDir": "/etc/gpu-scheduler/webhook-tls",
     },
+    "preemption": {"enabled": False},
 }
 
 

@@ -19,7 +19,7 @@ from reclaim.policy import (
 )
 from reclaim.signals import GpuWindow
 from scheduler.cache import ClusterCache
-from scheduler.config import ReclaimConfig, SchedulerConfig
+from scheduler.config import PreemptionConfig, ReclaimConfig, SchedulerConfig
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.eviction import EvictionResult
 from scheduler.objects import PodInfo
@@ -200,6 +200,7 @@ def make_rig(
     *,
     classes: Mapping[str, Mapping[str, str]] | None = None,
     mode: str = "enforce",
+    preemption: bool = False,
 ) -> Rig:
     recorder = Recorder()
     api = Api()
@@ -223,6 +224,7 @@ def make_rig(
         usage,
         clock=lambda: clock[0],
         pdbs=pdbs,
+        preemption=PreemptionConfig(enabled=preemption),
     )
     framework.narrowers.append(NominatedNode(reclaimer))
     return Rig(cache, reclaimer, usage, recorder, api, policies, pdbs, clock)

@@ -1,0 +1,221 @@
+"""Priority preemption, the PostFilter's second step (kube-scheduler's DefaultPreemption).
+
+Runs only when idle reclaim (the first step, `scheduler.plugins.reclaim`) made no room: it is
+off, found no idle victims that let the pod fit, or its evictions were refused. Then:
+
+1. A preemptor with `preemptionPolicy: Never` never preempts: it stays unschedulable, with
+   kube-scheduler's words in a FailedScheduling event ("... preemption: not eligible due to
+   preemptionPolicy=Never."). One whose nominated node still holds a terminating pod of lower
+   priority waits for it ("not eligible due to a terminating pod on the nominated node."), so
+   pods are not evicted twice for it.
+2. Candidate nodes: those the filters rejected only for reasons removing pods can fix (the
+   reclaim step's list: `Diagnosis.resolvable_nodes`). On each, the pods of strictly lower
+   priority (not assumed, not terminating, not a reservation) are the candidates;
+   `scheduler.preemption.select_victims` picks the fewest, re-running every filter on a what-if
+   of the cache (`fits_without`: the same filters, NVLink domains and GPU indices included).
+3. Nodes in `scheduler.preemption.pick_node` order; the shared enforcement (`Reclaimer._enforce`)
+   re-validates the plan, reserves the room, nominates the node and evicts through the Eviction
+   API; a 429 from a PodDisruptionBudget fails that node's set and the next node is tried.
+
+kube-scheduler deletes its victims, so a PodDisruptionBudget only makes it prefer other victims
+and can be violated. Here victims are evicted: the API server refuses an eviction a budget
+forbids, so preemption never breaks a budget; the price is that a node whose set needs a guarded
+victim is given up for the next one.
+
+The victims' `DisruptionTarget` condition: kube-scheduler patches it (reason
+`PreemptionByScheduler`) before deleting. Here the Eviction API adds it itself (reason
+`EvictionByEvictionAPI`) together with the deletion; patching it first would leave a pod whose
+eviction a budget then refuses marked as disrupted (Job pod-failure policies read that
+condition), so it is not patched.
+
+Events: on each victim, Normal `Preempted`: "Preempted by pod <preemptor UID> on node <node>"
+(the UID only: the preemptor's namespace may be private); on the preemptor, Normal `Preempting`:
+how many pods of which priorities on which node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+
+import structlog
+
+from scheduler.cache import ClusterCache
+from scheduler.config import PreemptionConfig
+from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
+from scheduler.objects import PodInfo
+from scheduler.pdb import PdbStore
+from scheduler.plugins.victims import PREEMPTION, Plan, Victim
+from scheduler.preemption import (
+    TERMINATING_MESSAGE,
+    Candidate,
+    NodeVictims,
+    candidate_limit,
+    enough_candidates,
+    nodes_in_order,
+    preemptor_not_eligible,
+    select_victims,
+    split_by_budget,
+)
+
+log = structlog.get_logger("gpu-scheduler.preemption")
+
+FitsWithout = Callable[[PodInfo, str, frozenset[str]], bool]
+"""(preemptor, node, removed pod keys) -> whether it passes every filter there without them."""
+
+
+def _epoch(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment is not None else None
+
+
+def _by_priority(victims: tuple[Victim, ...]) -> str:
+    """ "2 of priority 10, 1 of priority 5": highest priority first."""
+    counts = Counter(v.pod.priority for v in victims)
+    return ", ".join(f"{n} of priority {p}" for p, n in sorted(counts.items(), reverse=True))
+
+
+class PriorityPreemption:
+    """Chooses preemption plans and writes its events; the Reclaimer enforces them."""
+
+    def __init__(
+        self,
+        settings: PreemptionConfig,
+        cache: ClusterCache,
+        pdbs: PdbStore,
+        recorder: EventRecorder,
+        fits_without: FitsWithout,
+        nominated_node: Callable[[PodInfo], str | None],
+    ) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.pdbs = pdbs
+        self.recorder = recorder
+        self.fits_without = fits_without
+        self.nominated_node = nominated_node
+        self.outcomes: Counter[str] = Counter()
+        """Preemption steps by outcome: planned, or why not (never, wait, no_victims)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enabled
+
+    async def plans(self, pod: PodInfo, nodes: list[str], fit_message: str) -> list[Plan]:
+        """Preemption plans for `pod` over the candidate `nodes` (in the snapshot's order), best
+        first; empty when it may not preempt or nothing helps (the reason is reported). Stops
+        after `candidate_limit` candidate nodes, as kube-scheduler does, and yields to the event
+        loop between nodes (every what-if runs all filters; the plans are re-validated before
+        anything is evicted, so a cache that moved on meanwhile is caught there)."""
+        why = preemptor_not_eligible(pod.preemption_policy)
+        if why is None:
+            why = self._terminating_on_nominated(pod)
+        if why is not None:
+            reason = "never" if pod.preemption_policy == "Never" else "wait"
+            self._outcome(pod, reason)
+            note = f"{fit_message} preemption: {why}".lstrip()
+            ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
+            self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", note)
+            return []
+        allowed = self.pdbs.allowed()
+        per_node: dict[str, NodeVictims] = {}
+        found: dict[str, dict[str, Victim]] = {}
+        limit = candidate_limit(len(nodes))
+        for node in nodes:
+            if enough_candidates(per_node, limit):
+                break
+            await asyncio.sleep(0)
+            if node not in self.cache.row_of:
+                continue
+            victims = self._lower_priority(pod, node)
+            if not victims:
+                continue
+            candidates = [
+                Candidate(v.pod.key, v.pod.priority, _epoch(v.pod.scheduled_at), v.budgets)
+                for v in victims.values()
+            ]
+
+            def fits(removed: frozenset[str], node: str = node) -> bool:
+                return self.fits_without(pod, node, removed)
+
+            chosen = select_victims(pod.priority, candidates, fits, allowed)
+            if chosen is not None:
+                per_node[node] = chosen
+                found[node] = victims
+        plans: list[Plan] = []
+        for node in nodes_in_order(per_node):
+            chosen = per_node[node]
+            violating, _ = split_by_budget(list(chosen.victims), allowed)
+            plans.append(
+                Plan(
+                    node,
+                    tuple(found[node][c.key] for c in chosen.victims),
+                    frozenset(c.key for c in violating),
+                    step=PREEMPTION,
+                )
+            )
+        self._outcome(pod, "planned" if plans else "no_victims", nodes=len(nodes))
+        return plans
+
+    def _outcome(self, pod: PodInfo, outcome: str, **fields: int) -> None:
+        self.outcomes[outcome] += 1
+        log.info("preemption_outcome", preemptor=pod.key, outcome=outcome, **fields)
+
+    def _lower_priority(self, pod: PodInfo, node: str) -> dict[str, Victim]:
+        """The pods on `node` it may preempt, by key: strictly lower priority, counted (not a
+        reservation, not assumed by a binding in flight) and not already terminating."""
+        found: dict[str, Victim] = {}
+        for state in self.cache.iter_pods_on(node):
+            other = state.info
+            if (
+                state.assumed
+                or state.reserved_at is not None
+                or other.terminating
+                or other.key == pod.key
+                or other.priority >= pod.priority
+            ):
+                continue
+            budgets = self.pdbs.budgets_of(other.namespace, other.name, other.labels)
+            found[other.key] = Victim(other, node, state.gpus, budgets=budgets)
+        return found
+
+    def _terminating_on_nominated(self, pod: PodInfo) -> str | None:
+        """kube-scheduler's second eligibility rule: while a pod of lower priority is still
+        terminating on the node the preemptor was nominated to, it does not preempt again."""
+        node = self.nominated_node(pod)
+        if node is None:
+            return None
+        for state in self.cache.iter_pods_on(node):
+            if state.info.terminating and state.info.priority < pod.priority:
+                return TERMINATING_MESSAGE
+        return None
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def report(self, pod: PodInfo, plan: Plan) -> None:
+        """The preemptor's event: how many pods of which priority on which node."""
+        note = (
+            f"preempting {len(plan.victims)} pod(s) on node {plan.node} "
+            f"({_by_priority(plan.victims)}) for this pod of priority {pod.priority}"
+        )
+        if plan.guarded:
+            note += (
+                f"; {len(plan.guarded)} of them guarded by a PodDisruptionBudget that allows no "
+                "more disruptions now: the eviction may be refused"
+            )
+        ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
+        self.recorder.emit(ref, NORMAL, "Preempting", "Preempting", note)
+        log.info(
+            "preemption_plan",
+            preemptor=pod.key,
+            node=plan.node,
+            victims=[v.pod.key for v in plan.victims],
+            priorities=[v.pod.priority for v in plan.victims],
+            budget_guarded=sorted(plan.guarded),
+        )
+
+    def tell_victim(self, pod: PodInfo, victim: Victim) -> None:
+        """The victim's event, kube-scheduler's words: the preemptor's UID only."""
+        note = f"Preempted by pod {pod.uid} on node {victim.node}"
+        ref = ObjectRef("Pod", victim.pod.name, victim.pod.namespace, victim.pod.uid)
+        self.recorder.emit(ref, NORMAL, "Preempted", "Preempting", note)

@@ -1,0 +1,47 @@
+"""What the PostFilter's steps (idle reclaim, priority preemption) hand to the shared
+enforcement in `scheduler.plugins.reclaim.Reclaimer`: the victims chosen on one node.
+
+Both steps go through the same machinery: re-validate the plan, reserve the room in the cache,
+set `status.nominatedNodeName`, evict through the Eviction API, budget-guarded victims first.
+`Plan.step` says which step chose the victims, and so which events are written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reclaim.usage import Verdict
+from scheduler.objects import PodInfo
+
+RECLAIM = "reclaim"
+PREEMPTION = "preemption"
+
+
+@dataclass(frozen=True)
+class Victim:
+    """A pod chosen for eviction, the PodDisruptionBudgets guarding it and, for idle reclaim,
+    its policy window and (once measured) its verdict (zero and None for preemption)."""
+
+    pod: PodInfo
+    node: str
+    gpus: tuple[int, ...]
+    window_s: int = 0
+    threshold_pct: float = 0.0
+    verdict: Verdict | None = None
+    budgets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The victims chosen on one node; `guarded` are those a budget forbids evicting now;
+    `step` is the PostFilter step that chose them (`RECLAIM` or `PREEMPTION`)."""
+
+    node: str
+    victims: tuple[Victim, ...]
+    guarded: frozenset[str] = frozenset()
+    step: str = RECLAIM
+
+    def eviction_order(self) -> list[Victim]:
+        """Budget-guarded victims first: if the API server refuses one, nothing else on the
+        node was evicted for nothing."""
+        return sorted(self.victims, key=lambda v: v.pod.key not in self.guarded)
