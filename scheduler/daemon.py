@@ -133,6 +133,7 @@ class Daemon:
             is_leader=lambda: self.elector.is_leader,
             preemption=settings.preemption,
         )
+        self.reclaimer.preemption.on_attempt = self.metrics.preemption
         framework.narrowers.append(NominatedNode(self.reclaimer))
         self.scheduler = Scheduler(
             scheduler_name=settings.scheduler_name,

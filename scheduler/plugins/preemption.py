@@ -96,6 +96,10 @@ class PriorityPreemption:
         self.nominated_node = nominated_node
         self.outcomes: Counter[str] = Counter()
         """Preemption steps by outcome: planned, or why not (never, wait, no_victims)."""
+        self.on_attempt: Callable[[int], None] = lambda victims: None
+        """Told of every attempt that searched for victims: the best plan's victim count (0
+        when none), as kube-scheduler's `scheduler_preemption_attempts_total` and
+        `scheduler_preemption_victims` count them."""
 
     @property
     def enabled(self) -> bool:
@@ -155,6 +159,7 @@ class PriorityPreemption:
                 )
             )
         self._outcome(pod, "planned" if plans else "no_victims", nodes=len(nodes))
+        self.on_attempt(len(plans[0].victims) if plans else 0)
         return plans
 
     def _outcome(self, pod: PodInfo, outcome: str, **fields: int) -> None:

@@ -255,3 +255,24 @@ async def test_the_dry_run_stops_after_kube_schedulers_candidate_count(
     rig.reclaimer.preemption.fits_without = counting
     assert await rig.attempt(preemptor()) == "n000"  # the lowest victim priority among them
     assert len(evaluated) == 100
+
+
+async def test_each_search_reports_the_chosen_plans_victim_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Feeds scheduler_preemption_attempts_total and scheduler_preemption_victims.
+    cache = cluster(
+        make_node("a", gpus=2, domains="0-1"),
+        pods=[busy_pod("a0", "a", 10, gpu_indices="0"), busy_pod("a1", "a", 20, gpu_indices="1")],
+    )
+    rig = make_rig(monkeypatch, cache, mode="off", preemption=True)
+    attempts: list[int] = []
+    rig.reclaimer.preemption.on_attempt = attempts.append
+    assert await rig.attempt(preemptor(gpus=2)) == "a"
+    assert attempts == [2]
+
+    guarded = cluster(*one_gpu_nodes("b"), pods=[busy_pod("b0", "b", 5000)])
+    rig = make_rig(monkeypatch, guarded, mode="off", preemption=True)
+    rig.reclaimer.preemption.on_attempt = attempts.append
+    assert await rig.attempt(preemptor()) is None
+    assert attempts == [2, 0]
