@@ -36,10 +36,10 @@ async def _main(cluster: LocalCluster, args: argparse.Namespace) -> list[Outcome
     async with client.ApiClient(configuration) as api:
         core = client.CoreV1Api(api)
         started = time.monotonic()
-        await install(core, scenario)
+        terminating = await install(core, scenario)
         print(
             f"installed {len(scenario.nodes)} nodes, {len(scenario.existing)} existing pods "
-            f"in {time.monotonic() - started:.0f} s",
+            f"({terminating} terminating) in {time.monotonic() - started:.0f} s",
             flush=True,
         )
         reference = start_reference(cluster)
@@ -70,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cluster up in {cluster.started_in_s:.0f} s; logs in {cluster.log_dir}", flush=True)
         outcomes = asyncio.run(_main(cluster, args))
     rows = summarize(outcomes)
-    print()
+    sizes = [len(o.kube) for o in outcomes]
+    print(
+        f"\nkube-scheduler's feasible sets: {sizes.count(0)} empty, {sizes.count(1)} of one node, "
+        f"{sum(s >= 2 for s in sizes)} larger (median {sorted(sizes)[len(sizes) // 2]} nodes)"
+    )
     print(render(rows))
     disagreements = [o for o in outcomes if o.verdict == "disagree"]
     justified = [o for o in outcomes if o.verdict == "justified"]

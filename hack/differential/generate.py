@@ -143,7 +143,9 @@ def _node(rng: random.Random, name: str, zones: int, racks: int) -> tuple[JsonOb
     if gpus:
         labels["nvidia.com/gpu.count"] = str(gpus)
     annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
-    if domains:
+    if domains and rng.random() < 0.05:  # an annotation that disagrees with the GPU count
+        domains = rng.choice(("0-3,4-7", "0-1"))
+    if domains and rng.random() > 0.05:  # else the default layout for the GPU count applies
         annotations[NVLINK_ANNOTATION] = domains
     taints: list[JsonObject] = []
     roll = rng.random()
@@ -178,6 +180,9 @@ def _node(rng: random.Random, name: str, zones: int, racks: int) -> tuple[JsonOb
         cpu_m = cpu * 1000 - 500
     else:
         cpu_m = cpu * 1000
+    if gpus and rng.random() < 0.08:  # an unhealthy GPU: the device plugin reports one less
+        gpus -= 1
+        allocatable["nvidia.com/gpu"] = str(gpus)
     spec: JsonObject = {"taints": taints}
     if rng.random() < 0.03:
         spec["unschedulable"] = True

@@ -45,8 +45,9 @@ async def _raw(call: Any) -> Any:
     return json.loads(await expect_success(await call))
 
 
-async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int = 16) -> None:
-    """Create the scenario's objects; wait until its nodes are Ready and cordoned ones tainted."""
+async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int = 16) -> int:
+    """Create the scenario's objects; wait until its nodes are Ready and cordoned ones tainted.
+    Returns how many existing pods are terminating (deleted, held by a finalizer)."""
     gate = asyncio.Semaphore(concurrency)
 
     async def create(call: Awaitable[Any]) -> None:
@@ -96,6 +97,13 @@ async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int =
         if cordoned <= tainted:
             break
         await asyncio.sleep(0.5)
+    pods = await _raw(core.list_pod_for_all_namespaces(_preload_content=False))
+    return sum(
+        1
+        for p in pods["items"]
+        if p["metadata"]["namespace"] in scenario.namespace_names
+        and p["metadata"].get("deletionTimestamp")
+    )
 
 
 async def _wait_service_accounts(core: client.CoreV1Api, namespaces: Sequence[str]) -> None:

@@ -27,13 +27,16 @@ async def test_feasible_sets_match_kube_scheduler(
     cluster: LocalCluster, core_api: client.CoreV1Api
 ) -> None:
     scenario = generate(SEED, NODES, PODS, prefix="diff-ci")
-    await install(core_api, scenario)
-    reference = start_reference(cluster, name="kube-scheduler-differential")
     try:
-        outcomes = await compare_pods(core_api, reference, scenario.candidates)
+        terminating = await install(core_api, scenario)
+        reference = start_reference(cluster, name="kube-scheduler-differential")
+        try:
+            outcomes = await compare_pods(core_api, reference, scenario.candidates)
+        finally:
+            reference.stop()
     finally:
-        reference.stop()
         await uninstall(core_api, scenario)
+    assert terminating > 0  # pods held by a finalizer are part of the state
     table = render(summarize(outcomes))
     disagreements = [o.describe() for o in outcomes if o.verdict == "disagree"]
     assert not disagreements, (
