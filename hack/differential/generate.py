@@ -293,6 +293,12 @@ def _existing(
             "tolerations": [{"operator": "Exists"}],
             "terminationGracePeriodSeconds": 0,
         }
+        if ports and rng.random() < 0.3:  # the port on a sidecar instead
+            sidecar = _container(10, 16, 0, ports, host_ip)
+            sidecar["name"] = "sidecar"
+            sidecar["restartPolicy"] = "Always"
+            spec["initContainers"] = [sidecar]
+            del spec["containers"][0]["ports"]
         if rng.random() < 0.06:
             spec["affinity"] = {
                 "podAntiAffinity": {
@@ -300,7 +306,17 @@ def _existing(
                         {
                             "labelSelector": _selector(rng),
                             "topologyKey": rng.choice(TOPOLOGY_KEYS),
-                            **({"namespaceSelector": {}} if rng.random() < 0.5 else {}),
+                            **rng.choice(
+                                (
+                                    {},
+                                    {"namespaceSelector": {}},
+                                    {
+                                        "namespaceSelector": {
+                                            "matchLabels": {f"{scenario.prefix}-env": "dev"}
+                                        }
+                                    },
+                                )
+                            ),
                         }
                     ]
                 }
@@ -483,6 +499,10 @@ def _candidate(rng: random.Random, scenario: Scenario, index: int, names: list[s
         init_gpus = rng.choice((0, 0, 1, 4))
         init = _container(rng.choice((1000, 16000, 40000)), rng.choice((128, 65536)), init_gpus)
         init["name"] = "init"
+        if rng.random() < 0.3:
+            features.add("host-ports")
+            port = rng.choice(PORTS)
+            init["ports"] = [{"containerPort": port, "hostPort": port, "protocol": "TCP"}]
         if rng.random() < 0.5:
             init["restartPolicy"] = "Always"  # a sidecar
         spec["initContainers"] = [init]
@@ -491,6 +511,10 @@ def _candidate(rng: random.Random, scenario: Scenario, index: int, names: list[s
             "requests": {"cpu": f"{cpu_m + 1000}m", "memory": f"{memory_mi + 1024}Mi"}
         }
     annotations: dict[str, str] = {}
+    if rng.random() < 0.04:  # the API server sets each hostPort to its containerPort
+        features.add("host-ports")
+        spec["hostNetwork"] = True
+        spec["containers"][0]["ports"] = [{"containerPort": rng.choice(PORTS), "protocol": "TCP"}]
     if rng.random() < 0.25:
         features.add("node-selector")
         spec["nodeSelector"] = rng.choice(
