@@ -36,10 +36,10 @@ async def _main(cluster: LocalCluster, args: argparse.Namespace) -> list[Outcome
     async with client.ApiClient(configuration) as api:
         core = client.CoreV1Api(api)
         started = time.monotonic()
-        terminating = await install(core, scenario)
+        await install(core, scenario)
         print(
             f"installed {len(scenario.nodes)} nodes, {len(scenario.existing)} existing pods "
-            f"({terminating} terminating) in {time.monotonic() - started:.0f} s",
+            f"in {time.monotonic() - started:.0f} s",
             flush=True,
         )
         reference = start_reference(cluster)
@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [len(o.kube) for o in outcomes]
     print(
         f"\nkube-scheduler's feasible sets: {sizes.count(0)} empty, {sizes.count(1)} of one node, "
-        f"{sum(s >= 2 for s in sizes)} larger (median {sorted(sizes)[len(sizes) // 2]} nodes)"
+        f"{sum(s >= 2 for s in sizes)} larger (median {sorted(sizes)[len(sizes) // 2]} nodes); "
+        f"{sum(o.attempts > 1 for o in outcomes)} pods judged again after a state change"
     )
     print(render(rows))
     disagreements = [o for o in outcomes if o.verdict == "disagree"]

@@ -22,6 +22,8 @@ class Outcome:
     first_failure: Mapping[str, str] = field(default_factory=dict)
     error: str = ""
     """Set when kube-scheduler gave no usable answer (the pod then counts as disagreeing)."""
+    attempts: int = 1
+    """How many times the pod was judged (more than once when the state changed meanwhile)."""
 
     @property
     def kube_only(self) -> list[str]:

@@ -11,6 +11,8 @@ What the generator leaves out, and why:
 - ScheduleAnyway spread constraints appear (they are scores, never filters), but kube-scheduler's
   cluster-default constraints are switched off on the reference profile (gpu-scheduler does not
   apply them, docs/compatibility.md), so a pod without constraints is not spread by either.
+- No existing pod is terminating: kwok removes a deleted pod's finalizers and the pod soon after,
+  so such a pod would change the state under the comparison.
 - Existing pods never exceed a node's capacity (kube-scheduler and gpu-scheduler would both count
   an overcommitted node, but a real kubelet would not run such pods).
 - The gpu-scheduler-only annotation `gpu-scheduler.io/nvlink-policy: required` is set on a few GPU
@@ -35,7 +37,6 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NVLINK_ANNOTATION = "gpu-scheduler.io/nvlink-domains"
 FPGA = "example.com/fpga"
 MIG = "nvidia.com/mig-1g.10gb"
-HOLD_FINALIZER = "example.com/differential-hold"
 RUNTIME_CLASS = "differential-overhead"
 APPS = ("web", "db", "cache", "batch", "train")
 TIERS = ("gold", "silver", "bronze")
@@ -44,6 +45,7 @@ PORTS = (8080, 9090, 9100)
 
 FEATURES = (
     "resources",
+    "init-containers",
     "gpu",
     "node-selector",
     "required-node-affinity",
@@ -171,7 +173,7 @@ def _node(rng: random.Random, name: str, zones: int, racks: int) -> tuple[JsonOb
         del resources["nvidia.com/gpu"]
     if rng.random() < 0.2:
         resources[FPGA] = str(rng.randint(1, 2))
-    if not gpus and rng.random() < 0.15:
+    if rng.random() < 0.15:  # MIG-only nodes, or mixed (whole GPUs and MIG slices)
         resources[MIG] = str(rng.choice((3, 7)))
     allocatable = dict(resources)
     if rng.random() < 0.3:  # system reserved
@@ -223,6 +225,16 @@ def _container(
     host_ip: str = "",
 ) -> JsonObject:
     requests: JsonObject = {"cpu": f"{cpu_m}m", "memory": f"{memory_mi}Mi"}
+    if cpu_m % 1000 == 0 and cpu_m % 3 == 0:  # quantities in several spellings
+        requests["cpu"] = str(cpu_m // 1000)
+    elif cpu_m % 500 == 0 and cpu_m % 1000:
+        requests["cpu"] = f"{cpu_m / 1000:g}"
+    if memory_mi % 8 == 0 and memory_mi % 5 == 0:
+        requests["memory"] = f"{memory_mi * 1024}Ki"
+    elif memory_mi % 1024 == 0 and memory_mi % 3 == 0:
+        requests["memory"] = f"{memory_mi * 1048576 // 1000000}M"
+    if cpu_m == 0:
+        requests = {}  # no requests at all
     container: JsonObject = {
         "name": "main",
         "image": "busybox",
@@ -326,8 +338,6 @@ def _existing(
             "namespace": rng.choice(scenario.namespace_names),
             "labels": labels,
         }
-        if rng.random() < 0.05:  # install() deletes it; the finalizer keeps it terminating
-            metadata["finalizers"] = [HOLD_FINALIZER]
         pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
     return pods
 
@@ -495,17 +505,28 @@ def _candidate(rng: random.Random, scenario: Scenario, index: int, names: list[s
     if rng.random() < 0.06:
         features.add("runtime-class-overhead")
         spec["runtimeClassName"] = RUNTIME_CLASS
-    if rng.random() < 0.12:
-        init_gpus = rng.choice((0, 0, 1, 4))
-        init = _container(rng.choice((1000, 16000, 40000)), rng.choice((128, 65536)), init_gpus)
-        init["name"] = "init"
-        if rng.random() < 0.3:
-            features.add("host-ports")
-            port = rng.choice(PORTS)
-            init["ports"] = [{"containerPort": port, "hostPort": port, "protocol": "TCP"}]
-        if rng.random() < 0.5:
-            init["restartPolicy"] = "Always"  # a sidecar
-        spec["initContainers"] = [init]
+    if rng.random() < 0.15:
+        features.add("init-containers")
+        spec["initContainers"] = []
+        for number in range(rng.randint(1, 3)):  # regular and sidecar, in random order
+            init_gpus = rng.choice((0, 0, 1, 4))
+            init = _container(
+                rng.choice((1000, 6000, 16000, 40000)), rng.choice((128, 8192, 65536)), init_gpus
+            )
+            init["name"] = f"init-{number}"
+            if rng.random() < 0.2:
+                features.add("host-ports")
+                port = rng.choice(PORTS)
+                init["ports"] = [{"containerPort": port, "hostPort": port, "protocol": "TCP"}]
+            if rng.random() < 0.5:
+                init["restartPolicy"] = "Always"  # a sidecar
+            spec["initContainers"].append(init)
+    if rng.random() < 0.05:  # requests defaulted from limits by the API server
+        main = spec["containers"][0]["resources"]
+        main.setdefault("limits", {}).update(
+            {k: v for k, v in main["requests"].items() if k in ("cpu", "memory")}
+        )
+        main["requests"] = {k: v for k, v in main["requests"].items() if k not in ("cpu", "memory")}
     if rng.random() < 0.05 and "initContainers" not in spec:
         spec["resources"] = {
             "requests": {"cpu": f"{cpu_m + 1000}m", "memory": f"{memory_mi + 1024}Mi"}

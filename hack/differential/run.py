@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 
 from hack.differential.compare import Outcome
 from hack.differential.generate import (
-    HOLD_FINALIZER,
+    RUNTIME_CLASS,
     Candidate,
     JsonObject,
     Scenario,
@@ -37,6 +37,7 @@ from scheduler.kube.apierrors import expect_success
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 OUTCOME_TIMEOUT_S = 30.0
+STATE_CHANGED = "the cluster state changed while the pod was judged"
 POLL_S = 0.02
 
 
@@ -45,9 +46,8 @@ async def _raw(call: Any) -> Any:
     return json.loads(await expect_success(await call))
 
 
-async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int = 16) -> int:
-    """Create the scenario's objects; wait until its nodes are Ready and cordoned ones tainted.
-    Returns how many existing pods are terminating (deleted, held by a finalizer)."""
+async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int = 16) -> None:
+    """Create the scenario's objects; wait until its nodes are Ready and cordoned ones tainted."""
     gate = asyncio.Semaphore(concurrency)
 
     async def create(call: Awaitable[Any]) -> None:
@@ -75,13 +75,7 @@ async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int =
             for p in scenario.existing
         )
     )
-    await asyncio.gather(
-        *(
-            create(core.delete_namespaced_pod(p["metadata"]["name"], p["metadata"]["namespace"]))
-            for p in scenario.existing
-            if HOLD_FINALIZER in p["metadata"].get("finalizers", ())
-        )
-    )
+    await _wait_running(core, scenario)
     cordoned = {
         str(n["metadata"]["name"]) for n in scenario.nodes if n["spec"].get("unschedulable")
     }
@@ -97,13 +91,24 @@ async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int =
         if cordoned <= tainted:
             break
         await asyncio.sleep(0.5)
-    pods = await _raw(core.list_pod_for_all_namespaces(_preload_content=False))
-    return sum(
-        1
-        for p in pods["items"]
-        if p["metadata"]["namespace"] in scenario.namespace_names
-        and p["metadata"].get("deletionTimestamp")
-    )
+
+
+async def _wait_running(core: client.CoreV1Api, scenario: Scenario) -> None:
+    """Wait (at most 120 s) until kwok reports every existing pod Running, so no phase changes
+    under the comparison."""
+    wanted = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in scenario.existing}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120.0
+    while wanted and loop.time() < deadline:
+        pods = await _raw(core.list_pod_for_all_namespaces(_preload_content=False))
+        running = {
+            (p["metadata"]["namespace"], p["metadata"]["name"])
+            for p in pods["items"]
+            if p.get("status", {}).get("phase") == "Running"
+        }
+        if wanted <= running:
+            return
+        await asyncio.sleep(0.5)
 
 
 async def _wait_service_accounts(core: client.CoreV1Api, namespaces: Sequence[str]) -> None:
@@ -118,24 +123,18 @@ async def _wait_service_accounts(core: client.CoreV1Api, namespaces: Sequence[st
 
 
 async def uninstall(core: client.CoreV1Api, scenario: Scenario) -> None:
-    """Release the held pods; delete the scenario's namespaces (with their pods) and nodes."""
-    for pod in scenario.existing:
-        if HOLD_FINALIZER in pod["metadata"].get("finalizers", ()):
-            try:
-                await core.patch_namespaced_pod(
-                    pod["metadata"]["name"],
-                    pod["metadata"]["namespace"],
-                    [{"op": "remove", "path": "/metadata/finalizers"}],
-                )
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
+    """Delete the scenario's namespaces (with their pods) and nodes."""
     for namespace in scenario.namespace_names:
         try:
             await core.delete_namespace(namespace)
         except client.ApiException as error:
             if error.status != 404:
                 raise
+    try:
+        await client.NodeV1Api(cast(Any, core).api_client).delete_runtime_class(RUNTIME_CLASS)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
     for node in scenario.nodes:
         try:
             await core.delete_node(node["metadata"]["name"])
@@ -179,13 +178,79 @@ async def _outcome(core: client.CoreV1Api, namespace: str, name: str) -> JsonObj
     return None
 
 
+def fingerprint(
+    nodes: list[JsonObject], pods: list[JsonObject], namespaces: list[JsonObject], skip: str
+) -> tuple[object, ...]:
+    """What either scheduler's filters read of the cluster, minus the pod keyed `skip`: the
+    nodes' labels, taints, cordon and allocatable, the bound pods (node, uid, terminating or
+    not, phase) and the namespaces' labels. Heartbeats and status conditions are left out."""
+
+    def pod_key(p: JsonObject) -> str:
+        return f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}"
+
+    return (
+        tuple(
+            sorted(
+                json.dumps(
+                    [
+                        n["metadata"]["name"],
+                        n["metadata"].get("labels"),
+                        n["spec"].get("taints"),
+                        n["spec"].get("unschedulable"),
+                        n.get("status", {}).get("allocatable"),
+                    ],
+                    sort_keys=True,
+                )
+                for n in nodes
+            )
+        ),
+        tuple(
+            sorted(
+                (
+                    pod_key(p),
+                    str(p["metadata"].get("uid")),
+                    str(p["spec"].get("nodeName")),
+                    bool(p["metadata"].get("deletionTimestamp")),
+                    str(p.get("status", {}).get("phase")),
+                )
+                for p in pods
+                if p["spec"].get("nodeName") and pod_key(p) != skip
+            )
+        ),
+        tuple(
+            sorted(
+                json.dumps([ns["metadata"]["name"], ns["metadata"].get("labels")], sort_keys=True)
+                for ns in namespaces
+            )
+        ),
+    )
+
+
 async def compare_one(
+    core: client.CoreV1Api,
+    reference: ReferenceScheduler,
+    candidate: Candidate,
+    attempts: int = 3,
+) -> Outcome:
+    """Both verdicts for one candidate (see the module docstring). When the cluster state
+    changed while the pod was judged (something outside the run acted), the pod is judged
+    again, at most `attempts` times in all; after that the outcome carries an error."""
+    outcome = await _compare_once(core, reference, candidate)
+    for attempt in range(2, attempts + 1):
+        if outcome.error != STATE_CHANGED:
+            break
+        outcome = await _compare_once(core, reference, candidate)
+        outcome.attempts = attempt
+    return outcome
+
+
+async def _compare_once(
     core: client.CoreV1Api, reference: ReferenceScheduler, candidate: Candidate
 ) -> Outcome:
-    """Both verdicts for one candidate (see the module docstring)."""
     namespace, name = candidate.namespace, candidate.name
     key = f"{namespace}/{name}"
     nodes, pods, namespaces = await _state(core)
+    before = fingerprint(nodes, pods, namespaces, key)
     cache = build_cache(nodes, pods, namespaces, skip=key)
     manifest = json.loads(json.dumps(candidate.manifest))
     manifest["spec"]["schedulerName"] = SCHEDULER_NAME
@@ -196,8 +261,11 @@ async def compare_one(
         ours = verdict(created, cache, framework())
         done = await _outcome(core, namespace, name)
         scored = parse_scored(reference.read_new()).get(key, set())
+        after = fingerprint(*(await _state(core)), key)
     finally:
         await core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    if after != before:
+        return Outcome(key, candidate.features, frozenset(), ours.feasible, error=STATE_CHANGED)
     if done is None:
         return Outcome(
             key,
