@@ -8,6 +8,7 @@ from hack.differential.compare import Outcome, render, summarize
 from hack.differential.generate import FEATURES, generate
 from hack.differential.ours import build_cache, framework, verdict
 from hack.differential.reference import config, parse_bound, parse_scored
+from hack.differential.run import fingerprint
 
 HEAD = "I1126 12:52:58.903 26724 schedule_one.go:830]"
 SCORE = '"Calculated node\'s final score for pod"'
@@ -87,3 +88,28 @@ def test_ours_judges_generated_pods_against_the_generated_state() -> None:
         assert answer.feasible.isdisjoint(answer.first_failure)
         assert answer.feasible | set(answer.first_failure) == names
     assert any(v.feasible for v in verdicts) and any(not v.feasible for v in verdicts)
+
+
+def test_fingerprint_sees_what_filters_read_and_ignores_the_judged_pod() -> None:
+    scenario = generate(2, 5, 3)
+    pods = [
+        {**p, "metadata": {**p["metadata"], "uid": p["metadata"]["name"]}}
+        for p in scenario.existing
+    ]
+    base = fingerprint(scenario.nodes, pods, scenario.namespaces, skip="d-a/judged")
+    judged = {
+        "metadata": {"name": "judged", "namespace": "d-a"},
+        "spec": {"nodeName": scenario.nodes[0]["metadata"]["name"]},
+    }
+    assert fingerprint(scenario.nodes, [*pods, judged], scenario.namespaces, "d-a/judged") == base
+    heartbeat = [
+        {**n, "status": {**n["status"], "conditions": [{"type": "Ready"}]}} for n in scenario.nodes
+    ]
+    assert fingerprint(heartbeat, pods, scenario.namespaces, "d-a/judged") == base
+    other = {**judged, "metadata": {"name": "other", "namespace": "d-a"}}
+    assert fingerprint(scenario.nodes, [*pods, other], scenario.namespaces, "d-a/judged") != base
+    terminating = [
+        {**pods[0], "metadata": {**pods[0]["metadata"], "deletionTimestamp": "now"}},
+        *pods[1:],
+    ]
+    assert fingerprint(scenario.nodes, terminating, scenario.namespaces, "d-a/judged") != base
