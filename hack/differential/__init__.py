@@ -18,7 +18,9 @@ Why this method:
   (ours.py), so the comparison sees what the daemon would see, without a second daemon's timing.
 - Pods are judged one at a time and deleted with grace period 0 before the next is created: a
   watch delivers one resource's events in order, so kube-scheduler has seen the deletion before
-  it sees the next pod, and every pod meets the same cluster.
+  it sees the next pod, and every pod meets the same cluster. A fingerprint of the state both
+  sides read, taken before and after each pod, catches a change made by anything else (the pod
+  is then judged again), so such a change cannot pass for a scheduler difference.
 - Differences from gpu-scheduler's NVLink policy (`nvlink-policy: required` pods) are reported as
   justified; the reference's cluster-default topology spreading is switched off because
   gpu-scheduler does not apply it (docs/compatibility.md).
