@@ -15,6 +15,8 @@ from hack.differential.generate import generate
 from hack.differential.reference import start_reference
 from hack.differential.run import compare_pods, install
 from hack.localcluster import ClusterConfig, LocalCluster
+from hack.localcluster.processes import ComponentError
+from scheduler.kube.apierrors import APIError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,16 +61,23 @@ async def _main(cluster: LocalCluster, args: argparse.Namespace) -> list[Outcome
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.nodes < 1 or args.pods < 1:
+        parser.error("--nodes and --pods must be at least 1")
     started = time.monotonic()
     cluster = LocalCluster(
         ClusterConfig(
             work_dir=args.work_dir, kube_scheduler=False, prometheus=False, fake_dcgm=False
         )
     )
-    with cluster:
-        print(f"cluster up in {cluster.started_in_s:.0f} s; logs in {cluster.log_dir}", flush=True)
-        outcomes = asyncio.run(_main(cluster, args))
+    try:
+        with cluster:
+            print(f"cluster up in {cluster.started_in_s:.0f} s; logs in {cluster.log_dir}")
+            outcomes = asyncio.run(_main(cluster, args))
+    except (ComponentError, APIError, client.ApiException, RuntimeError, TimeoutError) as error:
+        print(f"python -m hack.differential: {str(error)[:2000]}", file=sys.stderr)
+        return 2
     rows = summarize(outcomes)
     sizes = [len(o.kube) for o in outcomes]
     print(

@@ -373,7 +373,7 @@ def _pod_term(
     return term
 
 
-def _node_requirement(rng: random.Random, names: list[str]) -> JsonObject:
+def _node_requirement(rng: random.Random) -> JsonObject:
     kind = rng.randrange(7)
     if kind == 0:
         return {"key": "tier", "operator": "In", "values": rng.sample(TIERS, rng.randint(1, 2))}
@@ -401,9 +401,7 @@ def _node_affinity(rng: random.Random, names: list[str], features: set[str]) -> 
         terms = []
         for _ in range(rng.randint(1, 2)):
             term: JsonObject = {
-                "matchExpressions": [
-                    _node_requirement(rng, names) for _ in range(rng.randint(1, 2))
-                ]
+                "matchExpressions": [_node_requirement(rng) for _ in range(rng.randint(1, 2))]
             }
             if rng.random() < 0.1:
                 term["matchFields"] = [
@@ -420,7 +418,7 @@ def _node_affinity(rng: random.Random, names: list[str], features: set[str]) -> 
         affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
             {
                 "weight": rng.randint(1, 100),
-                "preference": {"matchExpressions": [_node_requirement(rng, names)]},
+                "preference": {"matchExpressions": [_node_requirement(rng)]},
             }
         ]
     return affinity
