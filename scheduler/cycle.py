@@ -68,6 +68,14 @@ from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.unsupported import NAME as UNSUPPORTED
 from scheduler.plugins.unsupported import unsupported_message
+from scheduler.plugins.volume_binding import NAME as VOLUME_BINDING
+from scheduler.plugins.volume_binding import (
+    VolumePlan,
+    assume_volumes,
+    plan_volumes,
+    pre_filter,
+    prebind_volumes,
+)
 from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
 
@@ -235,6 +243,11 @@ class Scheduler:
             message = unsupported_message(pod.unsupported, snapshot.node_count)
             self._unschedulable(queued, message, (UNSUPPORTED,))
             return
+        volume_problem = pre_filter(pod, self.cache.volumes)
+        if volume_problem:
+            message = f"0/{snapshot.node_count} nodes are available: {volume_problem}."
+            self._unschedulable(queued, message, (VOLUME_BINDING,))
+            return
         too_big = larger_than_any_node(pod, snapshot)
         if too_big:
             self._unschedulable(queued, too_big, ("NodeResourcesFit",))
@@ -252,7 +265,10 @@ class Scheduler:
             self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
         self.cache.assume(pod, placement.node, placement.gpus)
-        self._tasks.spawn(self._bind(queued, pod, placement), name=f"bind:{pod.key}")
+        volumes = plan_volumes(evaluation.state, evaluation.chosen, placement.node, pod)
+        if volumes is not None:  # forget() takes the assumption back
+            assume_volumes(self.cache.volumes, volumes)
+        self._tasks.spawn(self._bind(queued, pod, placement, volumes), name=f"bind:{pod.key}")
 
     # -- outcomes ------------------------------------------------------------------------------
 
@@ -345,10 +361,17 @@ class Scheduler:
         if key:
             self._unconfirmed.pop(key, None)
 
-    async def _bind(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
+    async def _bind(
+        self,
+        queued: QueuedPod[PodInfo],
+        pod: PodInfo,
+        placement: Placement,
+        volumes: VolumePlan | None = None,
+    ) -> None:
         """The binding cycle. Any failure, of any type, forgets the assumed pod and ends the
         queue entry's flight (requeued with backoff unless the pod is gone or bound by someone
-        else); cancellation does the same and then propagates."""
+        else); cancellation does the same and then propagates. `volumes`: VolumeBinding's
+        PreBind writes, made first; one failing fails the binding (the Binding is not sent)."""
         try:
             async with self._bind_slots:
                 if not self.is_leader():
@@ -360,6 +383,8 @@ class Scheduler:
                     self.queue.requeue_backoff(queued)
                     log.warning("bind_skipped_node_gone", pod=pod.key, node=placement.node)
                     return
+                if volumes is not None:
+                    await prebind_volumes(self.core, volumes, self.bind_timeout)
                 await bind_pod(
                     self.core,
                     pod.namespace,

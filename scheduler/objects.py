@@ -145,6 +145,8 @@ class PodInfo:
     """Extended resources requested beyond `requests` and `mig` (example.com/foo, hugepages-*)."""
     unsupported: tuple[str, ...] = ()
     """Paths of fields it uses that the scheduler does not implement (plugins.unsupported)."""
+    claims: tuple[str, ...] = ()
+    """Names of the PersistentVolumeClaims its volumes use (VolumeBinding), in its namespace."""
 
     @property
     def bound(self) -> bool:
@@ -543,6 +545,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         host_ports=features.host_ports,
         scalar=features.scalar,
         unsupported=unsupported_fields(obj),
+        claims=_pod_claims(spec, errors),
     )
 
 
@@ -642,6 +645,14 @@ def _pod_affinity(
 
     namespace = _str(metadata.get("namespace") or "")
     return parse_pod_affinity(spec, namespace, _string_map(metadata.get("labels")), errors)
+
+
+def _pod_claims(spec: Mapping[str, Any], errors: list[FieldError]) -> tuple[str, ...]:
+    """Claim names of the pod's volumes, parsed by `scheduler.volumes` (imported here: it builds
+    on this module's records)."""
+    from scheduler.volumes import pod_claims
+
+    return pod_claims(spec, errors)
 
 
 __all__ = [
