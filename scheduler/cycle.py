@@ -243,7 +243,7 @@ class Scheduler:
             message = unsupported_message(pod.unsupported, snapshot.node_count)
             self._unschedulable(queued, message, (UNSUPPORTED,))
             return
-        volume_problem = pre_filter(pod, self.cache.volumes)
+        volume_problem = pre_filter(pod, self.cache)
         if volume_problem:
             message = f"0/{snapshot.node_count} nodes are available: {volume_problem}."
             self._unschedulable(queued, message, (VOLUME_BINDING,))
@@ -409,6 +409,8 @@ class Scheduler:
                 return
             self.cache.forget(pod.key)
             self._bind_failed(queued, pod, placement, error)
+            if volumes is not None:  # the PVs it had taken are free again for others
+                self.queue.move_all_to_active_or_backoff("VolumeBindingReverted")
             return
         self._bound(queued, pod, placement)
 

@@ -1,6 +1,6 @@
 """PersistentVolumeClaims, PersistentVolumes and StorageClasses as VolumeBinding reads them.
 
-Pure data and matching, no numpy and no API calls:
+Data and matching, no numpy and no API calls:
 
 - `parse_claim`, `parse_volume`, `parse_class` turn the informers' JSON into frozen records (never
   raising; a malformed field becomes an error string on the record and a documented fallback).
@@ -13,6 +13,8 @@ Pure data and matching, no numpy and no API calls:
 - `find_matching_volume` is kube-scheduler's FindMatchingVolume for one claim on one node, with
   the node's fit of each PV's nodeAffinity given as a predicate; `match_claims` assigns distinct
   PVs to a pod's claims, smallest claim first, each taking the smallest fitting PV.
+- `ClaimHandler`, `VolumeHandler`, `ClassHandler` feed the informers' events into the store and
+  retry the unschedulable pods when something scheduling reads changed.
 
 Semantics follow kube-scheduler's VolumeBinding (pkg/scheduler/framework/plugins/volumebinding):
 a claim is bound when it names a volume and carries `pv.kubernetes.io/bind-completed`; an unbound

@@ -1,8 +1,10 @@
 """VolumeBinding: pods with PersistentVolumeClaims, as kube-scheduler's plugin of that name.
 
-    pre_filter(pod, store)      "" or the PreFilter message, for every node at once:
+    pre_filter(pod, cache)      "" or the PreFilter message, for every node at once:
                                 persistentvolumeclaim "x" not found / is being deleted,
-                                pod has unbound immediate PersistentVolumeClaims
+                                pod has unbound immediate PersistentVolumeClaims, and
+                                VolumeRestrictions' ReadWriteOncePod rule (a claim with that
+                                access mode used by another pod)
     VolumeBinding.filter        (rows,) masks, all unresolvable:
       bound claims              the PV's required nodeAffinity must match the node
                                 ("node(s) had volume node affinity conflict"); a PV that does
@@ -37,6 +39,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from kubernetes_asyncio import client
 
+from scheduler.cache import ClusterCache
 from scheduler.framework.interface import BoolArray, CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.volumes import SELECTED_NODE_ANNOTATION, prebind_volume, select_node
@@ -57,6 +60,10 @@ UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 NODE_CONFLICT = "node(s) had volume node affinity conflict"
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+READ_WRITE_ONCE_POD_CONFLICT = (
+    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+)
 
 
 @dataclass(frozen=True)
@@ -93,14 +100,36 @@ def pod_volumes(pod: PodInfo, store: VolumeStore) -> PodVolumes | str:
     return PodVolumes(tuple(bound), tuple(to_bind))
 
 
-def pre_filter(pod: PodInfo, store: VolumeStore) -> str:
-    """ "" when the pod has no claims or its claims can be checked per node; else the message
-    (kube-scheduler's PreFilter rejection, unresolvable: the pod waits for a claim, PV or
-    StorageClass event)."""
+def read_write_once_pod_in_use(pod: PodInfo, store: VolumeStore, cache: ClusterCache) -> bool:
+    """Whether another pod the cache counts (bound, assumed or nominated) uses one of the pod's
+    ReadWriteOncePod claims (kube-scheduler's VolumeRestrictions PreFilter)."""
+    exclusive = set()
+    for name in pod.claims:
+        claim = store.claim(pod.namespace, name)
+        if claim is not None and READ_WRITE_ONCE_POD in claim.access_modes:
+            exclusive.add(name)
+    if not exclusive:
+        return False
+    return any(
+        key != pod.key
+        and state.info.namespace == pod.namespace
+        and not exclusive.isdisjoint(state.info.claims)
+        for key, state in cache.pods.items()
+    )
+
+
+def pre_filter(pod: PodInfo, cache: ClusterCache) -> str:
+    """The PreFilter message of VolumeBinding and, for ReadWriteOncePod claims, of
+    VolumeRestrictions, for every node at once; "" when the pod has no claims or they can be
+    checked per node. Unresolvable: the pod waits for a claim, PV, StorageClass or pod event."""
     if not pod.claims:
         return ""
-    found = pod_volumes(pod, store)
-    return found if isinstance(found, str) else ""
+    found = pod_volumes(pod, cache.volumes)
+    if isinstance(found, str):
+        return found
+    if read_write_once_pod_in_use(pod, cache.volumes, cache):
+        return READ_WRITE_ONCE_POD_CONFLICT
+    return ""
 
 
 def _terms_match(snapshot: Snapshot, terms: tuple[NodeSelectorTerm, ...]) -> BoolArray:

@@ -3,6 +3,7 @@ chosen node, and the cycle's PreBind writes (their failure forgets and requeues 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from scheduler.plugins.volume_binding import (
     NAME,
     NODE_CONFLICT,
     PV_NOT_EXIST,
+    READ_WRITE_ONCE_POD_CONFLICT,
     UNBOUND_IMMEDIATE,
     VolumeBinding,
     plan_volumes,
@@ -68,7 +70,7 @@ def test_pre_filter_messages() -> None:
         make_claim("prebound", "wait", volume_name="pv"),
         make_claim("waiting", "wait"),
     )
-    store = cache.volumes
+    store = cache
     assert pre_filter(pod("absent"), store) == 'persistentvolumeclaim "absent" not found'
     for name in ("immediate", "no-class", "missing-class", "prebound"):
         assert pre_filter(pod("waiting", name), store) == UNBOUND_IMMEDIATE, name
@@ -76,6 +78,24 @@ def test_pre_filter_messages() -> None:
     assert pre_filter(parse_pod(make_pod("plain")), store) == ""
     long_name = "x" * 5000
     assert len(pre_filter(pod(long_name), store)) < 200
+
+
+def test_a_read_write_once_pod_claim_in_use_by_another_pod() -> None:
+    cache = with_objects(
+        nodes("n1"),
+        make_class("local"),
+        make_volume("pv", "local", node="n1", phase="Bound"),
+        make_volume("shared", "local", node="n1", phase="Bound"),
+        make_claim("solo", "local", volume_name="pv", bind_completed=True,
+                   access_modes=["ReadWriteOncePod"]),
+        make_claim("rwo", "local", volume_name="shared", bind_completed=True),
+    )  # fmt: skip
+    assert pre_filter(pod("solo"), cache) == ""
+    cache.add_pod(parse_pod(with_claims(make_pod("holder", node="n1"), "solo", "rwo")))
+    assert pre_filter(pod("solo"), cache) == READ_WRITE_ONCE_POD_CONFLICT
+    assert pre_filter(pod("rwo"), cache) == ""
+    other_namespace = parse_pod(with_claims(make_pod("p", namespace="other"), "solo"))
+    assert pre_filter(other_namespace, cache) == 'persistentvolumeclaim "solo" not found'
 
 
 def test_a_pod_without_claims_is_skipped() -> None:
@@ -184,6 +204,7 @@ class VolumeCore(FakeCoreV1):
     """FakeCoreV1 plus the PreBind patches."""
 
     volume_outcomes: list[Outcome] = field(default_factory=list)
+    volume_gate: asyncio.Event | None = None
     volume_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     claim_patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
@@ -191,7 +212,7 @@ class VolumeCore(FakeCoreV1):
         self, name: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.volume_patches.append((name, body))
-        return await _answer(self.volume_outcomes, None, 200)
+        return await _answer(self.volume_outcomes, self.volume_gate, 200)
 
     async def patch_namespaced_persistent_volume_claim(
         self, name: str, namespace: str, body: dict[str, Any], **_: Any
@@ -306,3 +327,24 @@ async def test_a_missing_claim_is_unschedulable_until_it_appears() -> None:
     h.after_backoff(1)
     await h.cycle()
     assert h.scheduler.bound == 1
+
+
+async def test_a_failed_prebind_retries_the_pods_its_volume_turned_away() -> None:
+    cache = with_objects(
+        nodes("n1"), make_class("local"), make_volume("only", "local", node="n1"),
+        make_claim("a", "local"), make_claim("b", "local"),
+    )  # fmt: skip
+    h, core = volume_harness(cache)
+    core.volume_gate = asyncio.Event()
+    core.volume_outcomes = [(409, "the object has been modified")]
+    h.add(pod("a", name="first"))
+    h.add(pod("b", name="second"))
+    for _ in range(2):  # both cycles run before the first pod's PreBind answers
+        queued = h.queue.pop_nowait()
+        assert queued is not None
+        h.scheduler.schedule_one(queued)
+    assert h.queue.pools()["unschedulable"] == 1  # "only" was assumed taken
+    core.volume_gate.set()
+    await h.settle()
+    assert h.queue.pools()["unschedulable"] == 0
+    assert h.queue.moves["VolumeBindingReverted"] == 1
