@@ -2,8 +2,9 @@
 
     pop -> [leader?] -> pre-checks -> filter + score (one vectorized pass) -> choose GPUs
         -> assume in cache -> start binding task -> next pod
-    binding task: [leader?] -> [node still there?] -> POST binding (GPU annotations ride
-                  along) -> Scheduled event
+    binding task: [leader?] -> [node still there?] -> [PreBind: the PV claimRefs and claim
+                  annotations VolumeBinding chose, `scheduler.plugins.volume_binding`]
+                  -> POST binding (GPU annotations ride along) -> Scheduled event
                   failure of any kind (an API error, a lost connection, a bug, cancellation):
                   forget the assumption, back the pod off (unless it is gone or bound by
                   someone else), FailedScheduling event
@@ -264,8 +265,8 @@ class Scheduler:
             placement = place(self.cache, pod, evaluation)
             self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
-        self.cache.assume(pod, placement.node, placement.gpus)
         volumes = plan_volumes(evaluation.state, evaluation.chosen, placement.node, pod)
+        self.cache.assume(pod, placement.node, placement.gpus)
         if volumes is not None:  # forget() takes the assumption back
             assume_volumes(self.cache.volumes, volumes)
         self._tasks.spawn(self._bind(queued, pod, placement, volumes), name=f"bind:{pod.key}")
