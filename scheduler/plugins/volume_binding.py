@@ -34,16 +34,18 @@ storage capacity, and the VolumeBinding score.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from kubernetes_asyncio import client
 
 from scheduler.cache import ClusterCache
 from scheduler.framework.interface import BoolArray, CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.volumes import SELECTED_NODE_ANNOTATION, prebind_volume, select_node
-from scheduler.objects import NodeSelectorTerm, PodInfo
+from scheduler.objects import NodeSelectorTerm, PodInfo, SelectorRequirement
 from scheduler.plugins.node_affinity import term_matches
 from scheduler.volumes import (
     Claim,
@@ -152,12 +154,32 @@ class _Matching:
     """One pod's unbound-claim data, kept in the cycle state for `plan_volumes`."""
 
     claims: tuple[Claim, ...]
-    candidates: dict[str, list[Volume]]
-    """Claim key -> PVs it could take on some node (node affinity aside), by name."""
-    names: list[str]
-    """Row order of `fits`."""
+    volumes: list[Volume]
+    """Every PV some claim could take (node affinity aside), by name: the rows of `fits`."""
+    candidates: dict[str, list[int]]
+    """Claim key -> indices into `volumes` of the PVs it could take, in name order."""
+    prebound: dict[str, int]
+    """Claim key -> index of the PV pre-bound to it, for claims with one (only it counts)."""
     fits: BoolArray  # (volumes, rows)
     provisionable: dict[str, BoolArray]  # claim key -> (rows,)
+    candidate_sets: dict[str, set[int]] = field(default_factory=dict)
+    """`candidates` as sets."""
+
+    def __post_init__(self) -> None:
+        self.candidate_sets = {key: set(found) for key, found in self.candidates.items()}
+
+    def volumes_of(self, claim: Claim, fitting: set[int]) -> list[Volume]:
+        """The claim's candidates that fit a node whose fitting PV indices are `fitting`, or
+        its pre-bound PV whether it fits or not (`find_matching_volume` decides): the same
+        answer as `find_matching_volume` over all PVs of the class, in O(len(fitting))."""
+        prebound = self.prebound.get(claim.key)
+        if prebound is not None:
+            return [self.volumes[prebound]]
+        mine = self.candidates[claim.key]
+        if len(fitting) < len(mine):
+            allowed = self.candidate_sets[claim.key]
+            return [self.volumes[i] for i in sorted(fitting) if i in allowed]
+        return [self.volumes[i] for i in mine if i in fitting]
 
 
 def _candidates(claim: Claim, store: VolumeStore) -> list[Volume]:
@@ -169,14 +191,74 @@ def _candidates(claim: Claim, store: VolumeStore) -> list[Volume]:
     ]
 
 
+class _LabelRows:
+    """Rows per label value, sorted once per key for one filter pass: a PV pinned by
+    `kubernetes.io/hostname In (node)` costs two binary searches instead of a pass over every
+    row."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._sorted: dict[str, tuple[dict[str, int], npt.NDArray[np.intp], npt.NDArray[Any]]] = {}
+
+    def rows(self, key: str, values: tuple[str, ...]) -> npt.NDArray[np.intp]:
+        found = self._sorted.get(key)
+        if found is None:
+            column = self.snapshot.label(key)
+            order = np.argsort(column.codes, kind="stable")  # order: (rows,)
+            found = (column.index, order, column.codes[order])
+            self._sorted[key] = found
+        index, order, codes = found
+        parts = []
+        for value in values:
+            code = index.get(value)
+            if code is not None:
+                start, end = np.searchsorted(codes, [code, code + 1])
+                parts.append(order[start:end])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
+
+
+def _simple_in(volume: Volume) -> tuple[SelectorRequirement, ...] | None:
+    """The requirements of a nodeAffinity that is one term of label `In`s (local PVs), else
+    None."""
+    terms = volume.node_terms
+    if terms is None or len(terms) != 1 or terms[0].fields or not terms[0].expressions:
+        return None
+    expressions = terms[0].expressions
+    return expressions if all(r.operator == "In" for r in expressions) else None
+
+
+def _fits(snapshot: Snapshot, volumes: list[Volume]) -> BoolArray:
+    """(volumes, rows): which nodes satisfy each PV's nodeAffinity."""
+    fits = np.ones((len(volumes), snapshot.rows), dtype=bool)  # fits: (volumes, rows)
+    label_rows = _LabelRows(snapshot)
+    for index, volume in enumerate(volumes):
+        if volume.node_terms is None:
+            continue
+        simple = _simple_in(volume)
+        if simple is None:
+            fits[index] = volume_fits(snapshot, volume)
+            continue
+        fits[index] = False
+        fits[index, label_rows.rows(simple[0].key, simple[0].values)] = True
+        for req in simple[1:]:
+            other = np.zeros(snapshot.rows, dtype=bool)  # other: (rows,)
+            other[label_rows.rows(req.key, req.values)] = True
+            fits[index] &= other
+    return fits
+
+
 def _matching(snapshot: Snapshot, store: VolumeStore, claims: tuple[Claim, ...]) -> _Matching:
-    candidates = {claim.key: _candidates(claim, store) for claim in claims}
-    volumes = {v.name: v for found in candidates.values() for v in found}
-    names = sorted(volumes)
-    fits = np.ones((len(names), snapshot.rows), dtype=bool)  # fits: (volumes, rows)
-    for index, name in enumerate(names):
-        if volumes[name].node_terms is not None:
-            fits[index] = volume_fits(snapshot, volumes[name])
+    found = {claim.key: _candidates(claim, store) for claim in claims}
+    by_name = {v.name: v for volumes in found.values() for v in volumes}
+    names = sorted(by_name)
+    position = {name: i for i, name in enumerate(names)}
+    volumes = [by_name[name] for name in names]
+    candidates = {key: [position[v.name] for v in vs] for key, vs in found.items()}
+    prebound: dict[str, int] = {}
+    for claim in claims:
+        mine = [i for i in candidates[claim.key] if volumes[i].bound_to(claim)]
+        if mine:
+            prebound[claim.key] = mine[0]
     provisionable: dict[str, BoolArray] = {}
     for claim in claims:
         storage_class = store.classes.get(claim.class_name)
@@ -186,33 +268,57 @@ def _matching(snapshot: Snapshot, store: VolumeStore, claims: tuple[Claim, ...])
             provisionable[claim.key] = np.ones(snapshot.rows, dtype=bool)
         else:
             provisionable[claim.key] = _terms_match(snapshot, storage_class.allowed_topologies)
-    return _Matching(claims, candidates, names, fits, provisionable)
+    fits = _fits(snapshot, volumes)
+    return _Matching(claims, volumes, candidates, prebound, fits, provisionable)
 
 
-def _assign(matching: _Matching, fitting: set[str]) -> tuple[dict[str, Volume], list[Claim]]:
+def _assign(matching: _Matching, fitting: set[int]) -> tuple[dict[str, Volume], list[Claim]]:
+    names = {matching.volumes[i].name for i in fitting}
     return match_claims(
-        matching.claims, lambda c: matching.candidates[c.key], lambda v: v.name in fitting
+        matching.claims,
+        lambda c: matching.volumes_of(c, fitting),
+        lambda v: v.name in names,
     )
+
+
+def _patterns(fits: BoolArray) -> tuple[npt.NDArray[np.intp], list[set[int]]]:
+    """Nodes grouped by which PVs fit them: the (rows,) group of each row and, per group, the
+    indices of the PVs fitting its nodes. PVs fitting every node belong to every group; the
+    others are read sparsely (a local PV fits one node), so the cost follows the (node, PV)
+    fits, not rows x PVs in Python."""
+    rows = fits.shape[1]
+    everywhere = fits.all(axis=1)  # everywhere: (volumes,)
+    pinned = np.flatnonzero(~everywhere)  # pinned: (pinned volumes,)
+    row_of, position = np.nonzero(fits[pinned].T)  # both (fits,), sorted by row
+    group = np.zeros(rows, dtype=np.intp)  # group: (rows,); 0: only the everywhere PVs fit
+    keys: dict[tuple[int, ...], int] = {(): 0}
+    if row_of.size:
+        cuts = np.flatnonzero(np.diff(row_of)) + 1
+        firsts = np.concatenate(([0], cuts))
+        for row, part in zip(
+            row_of[firsts].tolist(), np.split(pinned[position], cuts), strict=True
+        ):
+            group[row] = keys.setdefault(tuple(part.tolist()), len(keys))
+    common = set(np.flatnonzero(everywhere).tolist())
+    return group, [common.union(key) for key in keys]
 
 
 def _bindable(matching: _Matching, rows: int) -> BoolArray:
     """(rows,) nodes where every unbound claim gets a PV or can be provisioned."""
-    volumes = len(matching.names)
-    if volumes == 0:
-        patterns = np.zeros((1, 0), dtype=bool)  # patterns: (groups, volumes)
-        group = np.zeros(rows, dtype=np.intp)  # group: (rows,)
-    else:
-        packed = np.packbits(matching.fits, axis=0)  # packed: (ceil(volumes / 8), rows)
-        unique, inverse = np.unique(packed.T, axis=0, return_inverse=True)
-        patterns = np.unpackbits(unique, axis=1, count=volumes).astype(bool)
-        group = np.asarray(inverse).reshape(-1)
-    ok = np.zeros(rows, dtype=bool)  # ok: (rows,)
-    for index, pattern in enumerate(patterns):
-        fitting = {matching.names[i] for i in np.flatnonzero(pattern)}
-        _, left = _assign(matching, fitting)
-        here = group == index  # here: (rows,)
-        for claim in left:
-            here &= matching.provisionable[claim.key]
+    group, fitting = _patterns(matching.fits)
+    matched = np.zeros(len(fitting), dtype=bool)  # matched: (groups,)
+    waiting: dict[tuple[str, ...], list[int]] = {}  # claims left -> groups
+    for index, volumes in enumerate(fitting):
+        _, left = _assign(matching, volumes)
+        if not left:
+            matched[index] = True
+        else:
+            waiting.setdefault(tuple(c.key for c in left), []).append(index)
+    ok = matched[group]  # ok: (rows,)
+    for keys, groups in waiting.items():
+        here = np.isin(group, groups)  # here: (rows,)
+        for key in keys:
+            here &= matching.provisionable[key]
         ok |= here
     return ok
 
@@ -269,8 +375,7 @@ def plan_volumes(state: CycleState, row: int, node: str, pod: PodInfo) -> Volume
     matching = state.data.get(NAME)
     if not isinstance(matching, _Matching):
         return None
-    fitting = {name for i, name in enumerate(matching.names) if matching.fits[i, row]}
-    chosen, left = _assign(matching, fitting)
+    chosen, left = _assign(matching, set(np.flatnonzero(matching.fits[:, row]).tolist()))
     bindings = []
     for claim in matching.claims:
         volume = chosen.get(claim.key)

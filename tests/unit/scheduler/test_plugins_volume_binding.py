@@ -4,6 +4,8 @@ chosen node, and the cycle's PreBind writes (their failure forgets and requeues 
 from __future__ import annotations
 
 import asyncio
+import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +26,7 @@ from scheduler.plugins.volume_binding import (
     plan_volumes,
     pre_filter,
 )
-from scheduler.volumes import ClaimHandler, ClassHandler, VolumeHandler
+from scheduler.volumes import ClaimHandler, ClassHandler, Volume, VolumeHandler, match_claims
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import FakeCoreV1, FakeResponse, Outcome, _answer, harness
 from tests.volume_objects import make_claim, make_class, make_volume, with_claims
@@ -348,3 +350,69 @@ async def test_a_failed_prebind_retries_the_pods_its_volume_turned_away() -> Non
     await h.settle()
     assert h.queue.pools()["unschedulable"] == 0
     assert h.queue.moves["VolumeBindingReverted"] == 1
+
+
+# -- the grouped, sparse filter against a plain loop over nodes ------------------------------
+
+
+def brute_force(cache: ClusterCache, claims: list[str]) -> list[bool]:
+    """Per node, in Python: `match_claims` over every PV of the class, then provisioning."""
+    store = cache.volumes
+    found = [store.claim("default", name) for name in claims]
+    wanted = [c for c in found if c is not None]
+    result = []
+    for name in cache.names:
+        labels = cache.nodes[name].labels
+
+        def fits(volume: Volume, labels: Mapping[str, str] = labels) -> bool:
+            if volume.node_terms is None:
+                return True
+            return any(
+                all(labels.get(r.key) in r.values for r in term.expressions)
+                for term in volume.node_terms
+            )
+
+        _, left = match_claims(wanted, lambda c: store.volumes_of_class(c.class_name), fits)
+        ok = True
+        for claim in left:
+            storage_class = store.classes.get(claim.class_name)
+            ok &= storage_class is not None and storage_class.provisions
+            if ok and storage_class is not None and storage_class.allowed_topologies:
+                ok = any(
+                    all(labels.get(r.key) in r.values for r in term.expressions)
+                    for term in storage_class.allowed_topologies
+                )
+        result.append(ok)
+    return result
+
+
+def test_the_filter_agrees_with_a_loop_over_nodes() -> None:
+    rng = random.Random(7)
+    for trial in range(60):
+        names = [f"n{i}" for i in range(rng.randint(1, 7))]
+        node_list = [make_node(n, labels={"zone": rng.choice("ab")}) for n in names]
+        objects: list[dict[str, Any]] = [
+            make_class("local"),
+            make_class("csi", provisioner="csi.example.com", allowed_topologies=[("zone", ["a"])]),
+        ]
+        claims = [f"c{i}" for i in range(rng.randint(1, 3))]
+        for claim in claims:
+            cls = "csi" if rng.random() < 0.2 else "local"
+            objects.append(make_claim(claim, cls, request=f"{rng.randint(1, 3)}Gi"))
+        for index in range(rng.randint(0, 8)):
+            prebound = ("default", rng.choice(claims)) if rng.random() < 0.15 else None
+            objects.append(
+                make_volume(
+                    f"pv{index}",
+                    "local",
+                    capacity=f"{rng.randint(1, 4)}Gi",
+                    node=rng.choice([*names, None]),
+                    phase=rng.choice(["Available", "Available", "Bound"]),
+                    claim=prebound,
+                )
+            )
+        cache = with_objects(cluster(*node_list), *objects)
+        failed = np.zeros(cache.rows, dtype=bool)
+        for rejection in VolumeBinding().filter(pod(*claims), Snapshot(cache), CycleState()):
+            failed |= rejection.failed
+        assert (~failed).tolist() == brute_force(cache, claims), f"trial {trial}"
