@@ -10,7 +10,11 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
-from scheduler.plugins.volume_binding import BIND_CONFLICT, UNBOUND_IMMEDIATE
+from scheduler.plugins.volume_binding import (
+    BIND_CONFLICT,
+    READ_WRITE_ONCE_POD_CONFLICT,
+    UNBOUND_IMMEDIATE,
+)
 from tests.kube import eventually
 from tests.scheduling import (
     isolated,
@@ -187,3 +191,27 @@ async def test_two_pods_never_get_the_same_volume(
             term = spec["nodeAffinity"]["required"]["nodeSelectorTerms"][0]
             assert term["matchExpressions"][0]["values"] == [pod["spec"]["nodeName"]]
         assert len(volumes) == 2
+
+
+async def test_a_read_write_once_pod_claim_serves_one_pod_at_a_time(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    nodes = await make_nodes(core_api, [isolated(G2, namespace, count=2)])
+    cls, volume = f"{namespace}-local", f"{namespace}-solo"
+    once = ["ReadWriteOncePod"]
+    await create_class(core_api.api_client, cls)
+    await create_volume(
+        core_api, volume, cls, node=nodes[0], claim=(namespace, "solo"), access_modes=once
+    )
+    await create_claim(core_api, namespace, "solo", cls, volume_name=volume, access_modes=once)
+    assert await wait_claim_bound(core_api, namespace, "solo") == volume
+    await core_api.create_namespaced_pod(namespace, pod_with(namespace, "first", "solo"))
+    async with running_daemon(cluster, settings_for(namespace)):
+        assert (await wait_bound(core_api, namespace, "first"))["spec"]["nodeName"] == nodes[0]
+        await core_api.create_namespaced_pod(namespace, pod_with(namespace, "second", "solo"))
+        message = await unschedulable_with(
+            core_api, namespace, "second", READ_WRITE_ONCE_POD_CONFLICT
+        )
+        assert message == f"0/2 nodes are available: {READ_WRITE_ONCE_POD_CONFLICT}."
+        await core_api.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
+        assert (await wait_bound(core_api, namespace, "second"))["spec"]["nodeName"] == nodes[0]
