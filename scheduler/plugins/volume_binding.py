@@ -24,8 +24,9 @@ per claim, the (volumes, rows) fit matrix, provisioning masks) stays in the cycl
 `plan_volumes`.
 
 Per node, the greedy matching depends only on which candidate PVs fit it, so nodes are grouped
-by that pattern (usually a handful: local PVs fit one node each) and the matching runs once per
-group in Python.
+by that pattern (one group for the nodes no pinned PV fits, one per node some local PV pins) and
+the matching runs once per group in Python, over the PVs fitting that group only. With 500 local
+PVs on 5,000 nodes one pod's filter takes tens of milliseconds.
 
 Not implemented (kube-scheduler does them): waiting in PreBind until the PV controller has bound
 the claims (the pod is bound right after the writes; the kubelet waits for the volume), CSI
