@@ -5,6 +5,7 @@ WaitForFirstConsumer class."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -140,7 +141,10 @@ async def test_missing_and_immediate_claims_wait_until_they_are_bound(
         missing = await unschedulable_with(
             core_api, namespace, "waits", 'persistentvolumeclaim "later" not found'
         )
-        assert missing == '0/2 nodes are available: persistentvolumeclaim "later" not found.'
+        # Other tests' nodes share the cluster: the node count is not this test's.
+        assert re.fullmatch(
+            r'0/\d+ nodes are available: persistentvolumeclaim "later" not found\.', missing
+        )
         immediate = await unschedulable_with(core_api, namespace, "immediate", UNBOUND_IMMEDIATE)
         assert immediate.endswith(f": {UNBOUND_IMMEDIATE}.")
         assert daemon.queue.pools()["unschedulable"] == 2
@@ -180,7 +184,7 @@ async def test_two_pods_never_get_the_same_volume(
         bound = await eventually(two_bound, what="two pods bound")
         [left] = {"p0", "p1", "p2"} - {p["metadata"]["name"] for p in bound}
         message = await unschedulable_with(core_api, namespace, left, BIND_CONFLICT)
-        assert message == f"0/2 nodes are available: 2 {BIND_CONFLICT}."
+        assert f" 2 {BIND_CONFLICT}" in message  # this test's two nodes
         volumes = set()
         for pod in bound:
             claim = pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
@@ -212,6 +216,8 @@ async def test_a_read_write_once_pod_claim_serves_one_pod_at_a_time(
         message = await unschedulable_with(
             core_api, namespace, "second", READ_WRITE_ONCE_POD_CONFLICT
         )
-        assert message == f"0/2 nodes are available: {READ_WRITE_ONCE_POD_CONFLICT}."
+        assert re.fullmatch(
+            rf"0/\d+ nodes are available: {re.escape(READ_WRITE_ONCE_POD_CONFLICT)}\.", message
+        )
         await core_api.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
         assert (await wait_bound(core_api, namespace, "second"))["spec"]["nodeName"] == nodes[0]
