@@ -50,6 +50,7 @@ import numpy.typing as npt
 import structlog
 
 from scheduler.objects import GPU, RESOURCES, NodeInfo, PodInfo, Taint
+from scheduler.volumes import VolumeStore
 from topology.occupancy import choose_gpus
 
 log = structlog.get_logger("gpu-scheduler.cache")
@@ -158,6 +159,8 @@ class ClusterCache:
         """Keys of counted pods with required pod anti-affinity terms."""
         self.namespace_labels: dict[str, dict[str, str]] = {}
         """Labels of each namespace, for pod affinity's namespaceSelector (namespace informer)."""
+        self.volumes = VolumeStore()
+        """PersistentVolumeClaims, PersistentVolumes and StorageClasses (VolumeBinding)."""
 
     # -- arrays --------------------------------------------------------------------------------
 
@@ -427,7 +430,9 @@ class ClusterCache:
             state.binding_finished_at = now
 
     def forget(self, key: str) -> None:
-        """Give back an assumed pod's resources (its binding failed)."""
+        """Give back an assumed pod's resources (its binding failed), and the volumes its cycle
+        assumed it would pre-bind."""
+        self.volumes.revert(key)
         state = self.pods.get(key)
         if state is not None and state.assumed:
             self._delete(key)

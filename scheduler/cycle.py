@@ -2,8 +2,9 @@
 
     pop -> [leader?] -> pre-checks -> filter + score (one vectorized pass) -> choose GPUs
         -> assume in cache -> start binding task -> next pod
-    binding task: [leader?] -> [node still there?] -> POST binding (GPU annotations ride
-                  along) -> Scheduled event
+    binding task: [leader?] -> [node still there?] -> [PreBind: the PV claimRefs and claim
+                  annotations VolumeBinding chose, `scheduler.plugins.volume_binding`]
+                  -> POST binding (GPU annotations ride along) -> Scheduled event
                   failure of any kind (an API error, a lost connection, a bug, cancellation):
                   forget the assumption, back the pod off (unless it is gone or bound by
                   someone else), FailedScheduling event
@@ -69,6 +70,14 @@ from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.unsupported import NAME as UNSUPPORTED
 from scheduler.plugins.unsupported import unsupported_message
+from scheduler.plugins.volume_binding import NAME as VOLUME_BINDING
+from scheduler.plugins.volume_binding import (
+    VolumePlan,
+    assume_volumes,
+    plan_volumes,
+    pre_filter,
+    prebind_volumes,
+)
 from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
 
@@ -239,6 +248,11 @@ class Scheduler:
             message = unsupported_message(pod.unsupported, snapshot.node_count)
             self._unschedulable(queued, message, (UNSUPPORTED,))
             return
+        volume_problem = pre_filter(pod, self.cache)
+        if volume_problem:
+            message = f"0/{snapshot.node_count} nodes are available: {volume_problem}."
+            self._unschedulable(queued, message, (VOLUME_BINDING,))
+            return
         too_big = larger_than_any_node(pod, snapshot)
         if too_big:
             self._unschedulable(queued, too_big, ("NodeResourcesFit",))
@@ -255,8 +269,11 @@ class Scheduler:
             placement = place(self.cache, pod, evaluation)
             self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
+        volumes = plan_volumes(evaluation.state, evaluation.chosen, placement.node, pod)
         self.cache.assume(pod, placement.node, placement.gpus)
-        self._tasks.spawn(self._bind(queued, pod, placement), name=f"bind:{pod.key}")
+        if volumes is not None:  # forget() takes the assumption back
+            assume_volumes(self.cache.volumes, volumes)
+        self._tasks.spawn(self._bind(queued, pod, placement, volumes), name=f"bind:{pod.key}")
 
     # -- outcomes ------------------------------------------------------------------------------
 
@@ -350,10 +367,17 @@ class Scheduler:
         if key:
             self._unconfirmed.pop(key, None)
 
-    async def _bind(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
+    async def _bind(
+        self,
+        queued: QueuedPod[PodInfo],
+        pod: PodInfo,
+        placement: Placement,
+        volumes: VolumePlan | None = None,
+    ) -> None:
         """The binding cycle. Any failure, of any type, forgets the assumed pod and ends the
         queue entry's flight (requeued with backoff unless the pod is gone or bound by someone
-        else); cancellation does the same and then propagates."""
+        else); cancellation does the same and then propagates. `volumes`: VolumeBinding's
+        PreBind writes, made first; one failing fails the binding (the Binding is not sent)."""
         try:
             async with self._bind_slots:
                 if not self.is_leader():
@@ -365,6 +389,8 @@ class Scheduler:
                     self.queue.requeue_backoff(queued)
                     log.warning("bind_skipped_node_gone", pod=pod.key, node=placement.node)
                     return
+                if volumes is not None:
+                    await prebind_volumes(self.core, volumes, self.bind_timeout)
                 await self.metrics.timed_bind(bind_pod)(
                     self.core,
                     pod.namespace,
@@ -389,6 +415,8 @@ class Scheduler:
                 return
             self.cache.forget(pod.key)
             self._bind_failed(queued, pod, placement, error)
+            if volumes is not None:  # the PVs it had taken are free again for others
+                self.queue.move_all_to_active_or_backoff("VolumeBindingReverted")
             return
         self._bound(queued, pod, placement)
 

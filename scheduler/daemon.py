@@ -8,6 +8,7 @@ Tasks:
 | informer:pods   | list+watch all Pods: bound ones into the cache, our pending ones queued |
 | informer:priorityclasses, informer:pdbs | policies and budgets read by reclaim         |
 | informer:namespaces | namespace labels for pod affinity's namespaceSelector             |
+| informer:pvcs, informer:pvs, informer:storageclasses | claims, volumes, classes (VolumeBinding) |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
 | cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
@@ -68,6 +69,7 @@ from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Recl
 from scheduler.profile import default_framework
 from scheduler.queue import SchedulingQueue
 from scheduler.readings import domain_gpus
+from scheduler.volumes import ClaimHandler, ClassHandler, VolumeHandler
 
 log = structlog.get_logger("gpu-scheduler.daemon")
 
@@ -179,6 +181,19 @@ class Daemon:
                 "pdbs",
                 client.PolicyV1Api(api_client).list_pod_disruption_budget_for_all_namespaces,
                 self.reclaimer.pdbs,
+            ),
+            Informer(
+                "pvcs",
+                core.list_persistent_volume_claim_for_all_namespaces,
+                ClaimHandler(self.cache.volumes, self.queue),
+            ),
+            Informer(
+                "pvs", core.list_persistent_volume, VolumeHandler(self.cache.volumes, self.queue)
+            ),
+            Informer(
+                "storageclasses",
+                client.StorageV1Api(api_client).list_storage_class,
+                ClassHandler(self.cache.volumes, self.queue),
             ),
         ]
         self.admission = AdmissionWebhooks(settings, api_client)

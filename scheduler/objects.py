@@ -148,6 +148,8 @@ class PodInfo:
     """Paths of fields it uses that the scheduler does not implement (plugins.unsupported)."""
     preemption_policy: str = "PreemptLowerPriority"
     """spec.preemptionPolicy: Never keeps the pod from preempting others (scheduler.preemption)."""
+    claims: tuple[str, ...] = ()
+    """Names of the PersistentVolumeClaims its volumes use (VolumeBinding), in its namespace."""
 
     @property
     def bound(self) -> bool:
@@ -548,6 +550,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         scalar=features.scalar,
         unsupported=unsupported_fields(obj),
         preemption_policy=preemption_policy,
+        claims=_pod_claims(spec, errors),
     )
 
 
@@ -647,6 +650,14 @@ def _pod_affinity(
 
     namespace = _str(metadata.get("namespace") or "")
     return parse_pod_affinity(spec, namespace, _string_map(metadata.get("labels")), errors)
+
+
+def _pod_claims(spec: Mapping[str, Any], errors: list[FieldError]) -> tuple[str, ...]:
+    """Claim names of the pod's volumes, parsed by `scheduler.volumes` (imported here: it builds
+    on this module's records)."""
+    from scheduler.volumes import pod_claims
+
+    return pod_claims(spec, errors)
 
 
 __all__ = [

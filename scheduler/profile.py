@@ -13,6 +13,7 @@ from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
 from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
 from scheduler.plugins.topology_spread import PodTopologySpread
+from scheduler.plugins.volume_binding import VolumeBinding
 
 
 def default_framework(settings: SchedulerConfig) -> Framework:
@@ -35,6 +36,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             NodePorts(),
             NodeResourcesFit(),
             nvlink,
+            VolumeBinding(),
             spread,
             pod_affinity,
         ],

@@ -53,7 +53,8 @@ DEFAULT_TRACE = REPO_ROOT / "tests" / "data" / "h200" / "gpu-util-trace.csv"
 # kube-controller-manager controllers: namespaces and service accounts (pods need their
 # `default` ServiceAccount), garbage collection, PDB status (disruption), node lifecycle (it removes
 # the not-ready taint that TaintNodesByCondition puts on every new node once kwok reports it
-# Ready), and the workload controllers users' manifests rely on. Taint-based eviction stays off:
+# Ready), the PV controller (binds claims to the volumes VolumeBinding pre-binds), and the
+# workload controllers users' manifests rely on. Taint-based eviction stays off:
 # a heartbeat that lags under benchmark load must not evict pods behind the test's back.
 CONTROLLERS = (
     "serviceaccount-token-controller",
@@ -66,6 +67,7 @@ CONTROLLERS = (
     "replicaset-controller",
     "deployment-controller",
     "job-controller",
+    "persistentvolume-binder-controller",
 )
 READY_TIMEOUT_S = 90.0
 

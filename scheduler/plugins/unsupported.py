@@ -4,8 +4,8 @@ A pod that uses one is not scheduled: placing it while ignoring the field would 
 constraint the user asked for. The cycle reports it like a PreFilter rejection of kube-scheduler
 (FailedScheduling event and PodScheduled=False, reason Unschedulable):
 
-    0/8 nodes are available: gpu-scheduler does not support persistent volume claims
-    (spec.volumes[*].persistentVolumeClaim).
+    0/8 nodes are available: gpu-scheduler does not support generic ephemeral volumes
+    (spec.volumes[*].ephemeral).
 
 `UNSUPPORTED` is the one list of such fields (docs/compatibility.md explains each row); a plugin
 that implements a field removes its row. A field counts as used when its value is present and
@@ -29,19 +29,14 @@ NAME = "Unsupported"
 @dataclass(frozen=True)
 class UnsupportedField:
     path: str
-    """Dotted path below the pod, e.g. "spec.volumes[*].persistentVolumeClaim"."""
+    """Dotted path below the pod, e.g. "spec.volumes[*].ephemeral"."""
     feature: str
-    """What users call it, e.g. "persistent volume claims"."""
+    """What users call it, e.g. "generic ephemeral volumes"."""
     plugin: str
     """The kube-scheduler plugin that acts on it."""
 
 
 UNSUPPORTED: tuple[UnsupportedField, ...] = (
-    UnsupportedField(
-        "spec.volumes[*].persistentVolumeClaim",
-        "persistent volume claims",
-        "VolumeBinding, VolumeZone, NodeVolumeLimits, VolumeRestrictions",
-    ),
     UnsupportedField(
         "spec.volumes[*].ephemeral",
         "generic ephemeral volumes",

@@ -107,17 +107,20 @@ async def test_host_port_conflicts_with_a_pod_of_another_scheduler(
         assert (await pod_json(core_api, namespace, "same-port"))["spec"].get("nodeName") is None
 
 
-async def test_persistent_volume_claim_is_reported_as_unsupported(
+async def test_generic_ephemeral_volume_is_reported_as_unsupported(
     cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
 ) -> None:
     await make_nodes(core_api, [isolated(G2, namespace)])
     pod = our_pod(namespace, "spread-me", 1)
-    pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    template = {
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }
+    pod["spec"]["volumes"] = [{"name": "data", "ephemeral": {"volumeClaimTemplate": template}}]
     await core_api.create_namespaced_pod(namespace, pod)
     await core_api.create_namespaced_pod(namespace, our_pod(namespace, "plain", 1))
     expected = (
-        "nodes are available: gpu-scheduler does not support persistent volume claims "
-        "(spec.volumes[*].persistentVolumeClaim)."
+        "nodes are available: gpu-scheduler does not support generic ephemeral volumes "
+        "(spec.volumes[*].ephemeral)."
     )
     async with running_daemon(cluster, settings_for(namespace)):
         await wait_bound(core_api, namespace, "plain")

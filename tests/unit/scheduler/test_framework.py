@@ -256,6 +256,7 @@ def test_daemon_profile_plugins() -> None:
         "NodePorts",
         "NodeResourcesFit",
         "NVLink",
+        "VolumeBinding",
         "PodTopologySpread",
         "InterPodAffinity",
     ]

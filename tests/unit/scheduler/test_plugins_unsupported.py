@@ -14,16 +14,12 @@ from tests.unit.scheduler.core_api_double import harness
 
 TERM = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
 EXAMPLES: dict[str, tuple[str, Any]] = {
-    "spec.volumes[*].persistentVolumeClaim": (
+    "spec.volumes[*].ephemeral": (
         "volumes",
         [
             {"name": "cfg", "configMap": {"name": "c"}},
-            {"name": "d", "persistentVolumeClaim": {"claimName": "d"}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
         ],
-    ),
-    "spec.volumes[*].ephemeral": (
-        "volumes",
-        [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}],
     ),
     "spec.volumes[*].gcePersistentDisk": (
         "volumes",
@@ -74,6 +70,7 @@ def test_each_row_is_detected(path: str) -> None:
         },
         {"volumes": [{"name": "e", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "s"}}]},
         {"volumes": "nonsense", "resourceClaims": None},
+        {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "d"}}]},
     ],
 )
 def test_unused_or_empty_fields_are_not_reported(spec: dict[str, Any]) -> None:
@@ -83,23 +80,23 @@ def test_unused_or_empty_fields_are_not_reported(spec: dict[str, Any]) -> None:
 
 
 def test_message_names_every_field() -> None:
-    paths = ("spec.volumes[*].persistentVolumeClaim", "spec.resourceClaims")
+    paths = ("spec.volumes[*].ephemeral", "spec.resourceClaims")
     assert unsupported_message(paths, 3) == (
-        "0/3 nodes are available: gpu-scheduler does not support persistent volume claims "
-        "(spec.volumes[*].persistentVolumeClaim); gpu-scheduler does not support dynamic resource "
+        "0/3 nodes are available: gpu-scheduler does not support generic ephemeral volumes "
+        "(spec.volumes[*].ephemeral); gpu-scheduler does not support dynamic resource "
         "allocation (resource claims) (spec.resourceClaims)."
     )
 
 
 async def test_pod_using_an_unsupported_field_is_unschedulable_not_placed() -> None:
     h = harness(cluster(make_node("n")))
-    h.add(parse_pod(using("spec.volumes[*].persistentVolumeClaim")))
+    h.add(parse_pod(using("spec.volumes[*].ephemeral")))
     await h.cycle()
     assert h.scheduler.bound == 0
     assert h.queue.pools()["unschedulable"] == 1
     message = (
-        "0/1 nodes are available: gpu-scheduler does not support persistent volume claims "
-        "(spec.volumes[*].persistentVolumeClaim)."
+        "0/1 nodes are available: gpu-scheduler does not support generic ephemeral volumes "
+        "(spec.volumes[*].ephemeral)."
     )
     assert h.core.condition_messages() == [message]
     assert h.core.patches[0][2]["status"]["conditions"][0]["reason"] == "Unschedulable"
