@@ -90,19 +90,23 @@ def cached_kubectl() -> Path:
     return path
 
 
-@pytest.fixture
-def beside_manifests(tmp_path: Path) -> Path:
-    """A folder holding `manifests` (a link to the repository's) and the doc's `my-cluster/`
-    (its kustomization and configuration blocks), as the install section lays them out."""
-    (tmp_path / "manifests").symlink_to(REPO_ROOT / "manifests", target_is_directory=True)
+def lay_out_install(folder: Path) -> Path:
+    """`folder` holding `manifests` (a link to the repository's) and the doc's `my-cluster/` (its
+    kustomization and configuration blocks), as the install section lays them out."""
+    (folder / "manifests").symlink_to(REPO_ROOT / "manifests", target_is_directory=True)
     kustomization, config = section_blocks(
         OPERATIONS.read_text(), "Install on a real cluster", "yaml"
     )
-    overlay = tmp_path / "my-cluster"
+    overlay = folder / "my-cluster"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(kustomization)
     (overlay / "config.yaml").write_text(config)
-    return tmp_path
+    return folder
+
+
+@pytest.fixture
+def beside_manifests(tmp_path: Path) -> Path:
+    return lay_out_install(tmp_path)
 
 
 def kustomize(kubectl: Path, folder: Path, target: str) -> list[dict[str, Any]]:
