@@ -7,7 +7,10 @@ Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
 
 1. placement: the example workloads (manifests/examples/workloads.yaml), NVLink-aware;
 2. reclaim: an idle notebook in a PriorityClass with a reclaim policy is evicted for a training
-   pod that fits nowhere else (manifests/examples/reclaim/), and the events are printed.
+   pod that fits nowhere else (manifests/examples/reclaim/), and the events are printed;
+3. busy-time: after at least one more accounting period (`ACCOUNTING_PERIOD_S`), the busy share of
+   measured GPU time per namespace, read from the daemon's /metrics, and the table of
+   `gpu-scheduler idle-report` (pods idle over the last `ACCOUNTING_IDLE_WINDOW_S` s).
 
 Then the command lines to try next (explain, kubectl), with paths relative to the repository when
 they are inside it. The scheduler runs as `gpu-scheduler run` with reclaim enforced against the
@@ -31,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -42,6 +46,7 @@ from typing import Any
 
 import yaml
 from kubernetes_asyncio import client, config
+from prometheus_client.parser import text_string_to_metric_families
 
 from hack.localcluster import (
     SEED_NODE_TYPES,
@@ -82,6 +87,14 @@ SETTLE_TIMEOUT_SECONDS = 60.0
 """How long the demo waits for the scheduler to decide every example pod before printing."""
 RECLAIM_TIMEOUT_SECONDS = 90.0
 """How long the reclaim step waits for each of its stages (samples, eviction, binding)."""
+ACCOUNTING_PERIOD_S = 5
+"""accounting.periodSeconds of the demo's scheduler: a short period, so the busy-time step waits
+seconds, not minutes."""
+ACCOUNTING_IDLE_WINDOW_S = IDLE_WINDOW_S
+"""accounting.idleWindowSeconds of the demo's scheduler (and so of its idle-report): the reclaim
+policy's window, which the placement step's pods have outlived by the time the step runs."""
+BUSY_TIME_PERIODS = 3
+"""How many accounting periods the busy-time step waits at most for one measured period."""
 READY_LINE = "demo ready; Ctrl-C stops it."
 COLUMNS = ",".join(
     [
@@ -134,10 +147,15 @@ def wait_for_decisions(cluster: LocalCluster, namespace: str, timeout: float) ->
     poll(all_decided, timeout)
 
 
+def scheduler_config_path(cluster: LocalCluster) -> Path:
+    return cluster.work_dir / "gpu-scheduler.yaml"
+
+
 def write_scheduler_config(cluster: LocalCluster) -> Path:
     """The demo scheduler's configuration: reclaim enforced against the cluster's Prometheus,
-    which scrapes the fake dcgm-exporter every second."""
-    path = cluster.work_dir / "gpu-scheduler.yaml"
+    which scrapes the fake dcgm-exporter every second; GPU time accounted every
+    `ACCOUNTING_PERIOD_S` s."""
+    path = scheduler_config_path(cluster)
     settings = {
         "reclaim": {
             "mode": "enforce",
@@ -146,6 +164,10 @@ def write_scheduler_config(cluster: LocalCluster) -> Path:
             "cooldownSeconds": 5,
         },
         "queue": {"unschedulableFlushSeconds": 5},
+        "accounting": {
+            "periodSeconds": ACCOUNTING_PERIOD_S,
+            "idleWindowSeconds": ACCOUNTING_IDLE_WINDOW_S,
+        },
     }
     path.write_text(yaml.safe_dump(settings))
     return path
@@ -228,6 +250,8 @@ class Demo:
     stop: Callable[[], bool]
     """Whether Ctrl-C was pressed; a step ends early when it returns True."""
     notes: list[str] = field(default_factory=list)
+    metrics_url: str = ""
+    """The scheduler's /metrics URL."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +351,129 @@ def reclaim(demo: Demo) -> None:
     say()
 
 
+GPU_TIME_FAMILIES = {
+    "gpu_scheduler_gpu_allocated_seconds": "allocated",
+    "gpu_scheduler_gpu_busy_seconds": "busy",
+    "gpu_scheduler_gpu_unmeasured_seconds": "unmeasured",
+}
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """What the daemon's /metrics says about GPU time: per-namespace totals (GPU seconds, summed
+    over priority classes) and the measured accounting periods."""
+
+    allocated: dict[str, float]
+    busy: dict[str, float]
+    unmeasured: dict[str, float]
+    measured_periods: float
+
+    def share(self, namespace: str) -> float | None:
+        """busy / (allocated - unmeasured) of `namespace`; None when nothing was measured."""
+        measured = self.allocated.get(namespace, 0.0) - self.unmeasured.get(namespace, 0.0)
+        return self.busy.get(namespace, 0.0) / measured if measured > 0 else None
+
+
+def parse_gpu_time(text: str) -> GpuTime:
+    """`GpuTime` from the Prometheus text exposition `text` (prometheus_client's parser; families
+    other than the GPU time ones are ignored). ValueError for text the parser refuses."""
+    totals: dict[str, dict[str, float]] = {kind: {} for kind in GPU_TIME_FAMILIES.values()}
+    periods = 0.0
+    for family in text_string_to_metric_families(text):
+        kind = GPU_TIME_FAMILIES.get(family.name)
+        for sample in family.samples:
+            if kind is not None and sample.name.endswith("_total"):
+                namespace = sample.labels.get("namespace", "")
+                totals[kind][namespace] = totals[kind].get(namespace, 0.0) + sample.value
+            elif (
+                sample.name == "gpu_scheduler_accounting_periods_total"
+                and sample.labels.get("result") == "measured"
+            ):
+                periods = sample.value
+    return GpuTime(totals["allocated"], totals["busy"], totals["unmeasured"], periods)
+
+
+def read_gpu_time(metrics_url: str) -> GpuTime | None:
+    """The daemon's GPU time now; None when /metrics does not answer or cannot be parsed."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as response:
+            return parse_gpu_time(response.read().decode())
+    except (OSError, ValueError):
+        return None
+
+
+def busy_table(gpu_time: GpuTime) -> str:
+    """One row per namespace: its busy share of measured GPU time and the GPU seconds behind it."""
+    rows = [["NAMESPACE", "BUSY SHARE", "BUSY GPU-S", "MEASURED GPU-S", "ALLOCATED GPU-S"]]
+    for namespace in sorted(gpu_time.allocated):
+        share = gpu_time.share(namespace)
+        allocated = gpu_time.allocated[namespace]
+        measured = allocated - gpu_time.unmeasured.get(namespace, 0.0)
+        rows.append(
+            [
+                namespace,
+                "-" if share is None else f"{share:.3f}",
+                f"{gpu_time.busy.get(namespace, 0.0):.0f}",
+                f"{measured:.0f}",
+                f"{allocated:.0f}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  "
+        + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def idle_report_command(demo: Demo) -> list[str]:
+    """`gpu-scheduler idle-report` against the demo, with the scheduler's configuration (its
+    Prometheus and idle window), as it is printed: paths relative to the repository."""
+    cluster = demo.cluster
+    return [
+        command_path(),
+        "idle-report",
+        "--kubeconfig",
+        shown(cluster.kubeconfig),
+        "--config",
+        shown(scheduler_config_path(cluster)),
+    ]
+
+
+def busy_time(demo: Demo) -> None:
+    before = read_gpu_time(demo.metrics_url)
+    start = before.measured_periods if before is not None else 0.0
+    latest: list[GpuTime] = []
+
+    def one_more_period() -> bool:
+        now = read_gpu_time(demo.metrics_url)
+        if now is not None and now.measured_periods > start:
+            latest.append(now)
+            return True
+        return demo.stop()
+
+    poll(one_more_period, ACCOUNTING_PERIOD_S * BUSY_TIME_PERIODS)
+    if demo.stop():
+        return
+    if not latest:
+        say(f"busy-time: no measured accounting period in {ACCOUNTING_PERIOD_S * BUSY_TIME_PERIODS}"
+            f" s; see gpu-scheduler.log in {demo.cluster.log_dir}")  # fmt: skip
+        return
+    gpu_time = latest[-1]
+    say(f"busy share of measured GPU time since the scheduler started "
+        f"({gpu_time.measured_periods:.0f} accounting periods):")  # fmt: skip
+    say(busy_table(gpu_time))
+    command = idle_report_command(demo)
+    say(f"$ {' '.join(command)}")
+    argv = [sys.executable, "-m", "scheduler.cli", *command[1:]]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(
+        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    say((result.stdout or result.stderr).rstrip())
+    say()
+
+
 STEPS: tuple[Step, ...] = (
     Step(
         "placement",
@@ -339,6 +486,13 @@ STEPS: tuple[Step, ...] = (
         f"an idle notebook (PriorityClass demo-notebooks: reclaimable after {IDLE_WINDOW_S} s "
         "below 10 %) holds the only GPUs a training pod can use; the scheduler evicts it",
         reclaim,
+    ),
+    Step(
+        "busy-time",
+        "GPU busy time: the share of measured GPU time each namespace's GPUs did work, from the "
+        f"daemon's /metrics (accounted every {ACCOUNTING_PERIOD_S} s; waits for one more period, "
+        f"at most {ACCOUNTING_PERIOD_S * BUSY_TIME_PERIODS} s), then `gpu-scheduler idle-report`",
+        busy_time,
     ),
     # Further steps go here, in the order they are shown, each a Step(name, one line, function).
 )
@@ -390,7 +544,7 @@ def run(args: argparse.Namespace) -> int:
             f"  logs:        {shown(cluster.log_dir)}\n"
             f"  scheduler:   {scheduler_url} (log: gpu-scheduler.log)\n"
         )
-        demo = Demo(cluster, kubectl, lambda: stop)
+        demo = Demo(cluster, kubectl, lambda: stop, metrics_url=scheduler_url)
         if not args.no_scheduler:
             for number, step in enumerate(STEPS, start=1):
                 if stop:

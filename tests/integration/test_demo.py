@@ -1,5 +1,5 @@
-"""`make demo` brings up the cluster, walks through its steps (placement, reclaim), prints command
-lines that work as printed, and stops cleanly."""
+"""`make demo` brings up the cluster, walks through its steps (placement, reclaim, busy-time),
+prints command lines that work as printed, and stops cleanly."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from hack.demo import DEFAULT_WORK_DIR, READY_LINE, STEPS
+from hack.demo import DEFAULT_WORK_DIR, NAMESPACE, READY_LINE, STEPS
 from hack.localcluster.cluster import REPO_ROOT
 from tests.docs import DEMO_DIR, operations_commands
 
@@ -60,6 +60,26 @@ def check_reclaim(lines: list[str]) -> None:
     assert ("training", "Scheduled") in reasons, events
     reclaimed = next(line for line in events if " Reclaimed " in line)
     assert "evicted: GPU usage " in reclaimed and "over 10 s" in reclaimed
+
+
+def check_busy_time(lines: list[str]) -> None:
+    """The busy share of the demo namespace lies strictly between 0 and 1 (idle notebooks and busy
+    training share it), and idle-report lists the idle notebook of the placement step."""
+    section = after(lines, "step 3, busy-time: ")
+    assert section[0].startswith("busy share of measured GPU time since the scheduler started ")
+    table = after(section, "busy share of measured GPU time")
+    assert table[0].split()[:2] == ["NAMESPACE", "BUSY"], section
+    row = next(line.split() for line in table[1:] if line.split()[:1] == [NAMESPACE])
+    share, busy, measured, allocated = (float(cell) for cell in row[1:5])
+    assert 0.0 < share < 1.0, row
+    assert 0 < busy <= measured <= allocated, row
+    report = after(section, "$ ")
+    command = next(line for line in section if line.startswith("$ "))
+    assert " idle-report --kubeconfig " in command and " --config " in command
+    assert report[0].split()[:3] == ["NAMESPACE", "POD", "NODE"], section
+    rows = {tuple(line.split()[:2]) for line in report[1 : report.index("")]}
+    assert (NAMESPACE, "notebook") in rows, report
+    assert (NAMESPACE, "ddp-4") not in rows, report
 
 
 def printed_commands(lines: list[str]) -> list[str]:
@@ -136,6 +156,7 @@ def test_demo_walks_through_its_steps_and_stops_on_ctrl_c(tmp_path: Path) -> Non
             assert f"step {number}, {step.name}: {step.explanation}" in lines
         check_placement(lines)
         check_reclaim(lines)
+        check_busy_time(lines)
         check_commands(lines, work_dir)
         check_operations_doc(lines, work_dir)
         demo.send_signal(signal.SIGINT)
