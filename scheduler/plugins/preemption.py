@@ -203,11 +203,7 @@ class PriorityPreemption:
             f"preempting {len(plan.victims)} pod(s) on node {plan.node} "
             f"({_by_priority(plan.victims)}) for this pod of priority {pod.priority}"
         )
-        if plan.guarded:
-            note += (
-                f"; {len(plan.guarded)} of them guarded by a PodDisruptionBudget that allows no "
-                "more disruptions now: the eviction may be refused"
-            )
+        note += plan.guarded_warning()
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, NORMAL, "Preempting", "Preempting", note)
         log.info(

@@ -635,11 +635,7 @@ class Reclaimer:
         gpus = sum(v.pod.gpus for v in victims)
         verb = "would reclaim" if dry_run else "reclaiming"
         note = f"{verb} {gpus} GPUs on node {plan.node} from {len(victims)} idle pod(s)"
-        if plan.guarded:
-            note += (
-                f"; {len(plan.guarded)} of them guarded by a PodDisruptionBudget that allows no "
-                "more disruptions now: the eviction may be refused"
-            )
+        note += plan.guarded_warning()
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, NORMAL, "ReclaimIdleGPUs", "Reclaim", note)
         log.info(

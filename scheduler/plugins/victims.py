@@ -45,3 +45,12 @@ class Plan:
         """Budget-guarded victims first: if the API server refuses one, nothing else on the
         node was evicted for nothing."""
         return sorted(self.victims, key=lambda v: v.pod.key not in self.guarded)
+
+    def guarded_warning(self) -> str:
+        """What the preemptor's event adds when budgets may refuse an eviction ("" if none)."""
+        if not self.guarded:
+            return ""
+        return (
+            f"; {len(self.guarded)} of them guarded by a PodDisruptionBudget that allows no "
+            "more disruptions now: the eviction may be refused"
+        )
