@@ -69,6 +69,12 @@ CONTROLLERS = (
 )
 READY_TIMEOUT_S = 90.0
 
+FEATURE_GATES = "GenericWorkload=true"
+"""Beta in Kubernetes 1.37 but off by default: the Workload and PodGroup API
+(scheduling.k8s.io/v1beta1) and the components' support for it (gang scheduling)."""
+RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+"""Beta APIs are served only when asked for."""
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -233,6 +239,9 @@ class LocalCluster:
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # Since 1.37 the endpoint reconciler refuses a loopback address; nothing here
+                # reaches the API server through the `kubernetes` Service.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={port}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
@@ -248,6 +257,8 @@ class LocalCluster:
                 "--max-mutating-requests-inflight=500",
                 f"--cert-dir={self.work_dir / 'apiserver-certs'}",
                 "--v=1",
+                f"--feature-gates={FEATURE_GATES}",
+                f"--runtime-config={RUNTIME_CONFIG}",
                 *self.config.extra_apiserver_args,
             ],
         )
@@ -304,6 +315,7 @@ class LocalCluster:
                 "--leader-elect=false",
                 f"--kube-api-qps={qps}",
                 f"--kube-api-burst={2 * qps}",
+                f"--feature-gates={FEATURE_GATES}",
             ],
         )
 
@@ -383,7 +395,9 @@ class LocalCluster:
             )
         )
         self._start_secure_component(
-            "kube-scheduler", self.binaries.kube_scheduler, [f"--config={config}"]
+            "kube-scheduler",
+            self.binaries.kube_scheduler,
+            [f"--config={config}", f"--feature-gates={FEATURE_GATES}"],
         )
 
     def _start_fake_dcgm(self) -> None:
