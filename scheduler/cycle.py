@@ -302,6 +302,12 @@ class Scheduler:
         if self.is_leader():
             self._mark_condition(pod, SCHEDULING_GATED_MESSAGE, SCHEDULING_GATED_REASON)
 
+    def pod_waiting(self, pod: PodInfo, message: str) -> None:
+        """PreEnqueue held a gang member back (`scheduler.gangs`): PodScheduled=False, reason
+        SchedulingGated, with why it waits; leader only, like `pod_gated`."""
+        if self.is_leader():
+            self._mark_condition(pod, message, SCHEDULING_GATED_REASON)
+
     def _mark_condition(self, pod: PodInfo, message: str, reason: str) -> None:
         """Start the condition patch unless this message was already patched for the pod."""
         mark = pod.uid or pod.key
