@@ -25,14 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.kube.podgroups import CONDITION_TYPE as SCHEDULED_CONDITION
 from scheduler.objects import FieldError, PodInfo
 from topology.text import clip, quote
 
-GROUP = "scheduling.k8s.io"
-VERSION = "v1beta1"
-PLURAL = "podgroups"
-SCHEDULED_CONDITION = "PodGroupInitiallyScheduled"
-"""PodGroup condition: True (reason Scheduled) once minCount members are bound."""
 MAX_MIN_COUNT = 100_000
 """Largest minCount accepted (a larger one can never be met and is reported)."""
 
