@@ -287,8 +287,10 @@ class Scheduler:
         gang = gang_key(pod)
         group = gangs.groups.get(gang)
         waiting = gangs.waiting(gang)
-        if group is None or waiting:
-            self._unschedulable(queued, waiting, ("PodGroup",))
+        if group is None or waiting:  # the PodGroup went away: held back again (PreEnqueue)
+            self.queue.done(queued)
+            gangs.held.add(pod.key)
+            self.pod_waiting(pod, waiting)
             return
         members = gangs.members(gang)
         others = [k for k in gangs.pending(gang) if k != pod.key and k not in self.cache.pods]

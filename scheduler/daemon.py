@@ -215,9 +215,12 @@ class Daemon:
                 "gauge",
                 "scheduler_pending_pods",
                 "Number of pending pods, by the queue type: active, backoff, unschedulable "
-                "(tried, fit nowhere), gated (scheduling gates left, never tried).",
+                "(tried, fit nowhere), gated (scheduling gates left, or a gang member waiting for "
+                "its PodGroup and minCount pods; never tried).",
                 ("queue",),
-                lambda: pending_samples(self.queue.pools(), len(self.pod_handler.gated_keys)),
+                lambda: pending_samples(
+                    self.queue.pools(), len(self.pod_handler.gated_keys) + len(self.gangs.held)
+                ),
             ),
             Reading(
                 "gauge",

@@ -161,6 +161,9 @@ class GangTracker:
         """Gang key -> our pending members, by pod key."""
         self._gang_of: dict[str, str] = {}
         """Pod key -> its gang key (pods in `_existing`)."""
+        self.held: set[str] = set()
+        """Keys of our pending members held back by PreEnqueue (not queued), until their gang
+        may run; kept by the pod handler and the gang cycle, cleared when the pod goes."""
 
     def set_group(self, group: PodGroupInfo) -> None:
         self.groups[group.key] = group
@@ -171,7 +174,7 @@ class GangTracker:
     def pod_seen(self, pod: PodInfo, pending: bool) -> None:
         """The informer's latest view of `pod`; `pending` says it is ours, pending and not gated
         (a candidate for a gang cycle). A finished or terminating pod no longer counts."""
-        self.pod_gone(pod.key)
+        self._forget(pod.key)
         gang = gang_key(pod)
         if not gang or pod.finished or pod.terminating:
             return
@@ -181,6 +184,11 @@ class GangTracker:
             self._pending.setdefault(gang, {})[pod.key] = pod
 
     def pod_gone(self, key: str) -> None:
+        """The pod was deleted."""
+        self.held.discard(key)
+        self._forget(key)
+
+    def _forget(self, key: str) -> None:
         gang = self._gang_of.pop(key, None)
         if gang is None:
             return

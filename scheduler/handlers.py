@@ -32,7 +32,7 @@ from scheduler.cache import ClusterCache
 from scheduler.gangs import GangTracker, gang_key, parse_pod_group
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
 from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, sorted_errors
-from scheduler.queue import UNSCHEDULABLE, SchedulingQueue
+from scheduler.queue import IN_FLIGHT, UNSCHEDULABLE, SchedulingQueue
 
 log = structlog.get_logger("gpu-scheduler.handlers")
 
@@ -181,7 +181,6 @@ class PodHandler:
 
     def on_add(self, obj: Mapping[str, Any]) -> None:
         pod = parse_pod(obj)
-        was_held = pod.key in self.gated_keys
         self.gated_keys.discard(pod.key)
         if self.gangs is not None:
             self.gangs.pod_seen(pod, self._ours_and_pending(pod) and not pod.scheduling_gates)
@@ -208,9 +207,13 @@ class PodHandler:
             message = self.gangs.waiting(gang_key(pod))
             if message:  # PreEnqueue: held back like a gated pod until the gang may run
                 self.queue.delete(pod.key)
-                self.gated_keys.add(pod.key)
-                if self.gang_waiting is not None and not was_held:
-                    self.gang_waiting(pod, message)
+                if pod.key not in self.gangs.held:
+                    self.gangs.held.add(pod.key)
+                    if self.gang_waiting is not None:
+                        self.gang_waiting(pod, message)
+            elif pod.key in self.gangs.held:
+                self.gangs.held.discard(pod.key)
+                self.queue.add(pod.key, pod.priority, pod)
             elif pod.key in self.queue:
                 self.queue.update(pod.key, pod.priority, pod)
             else:
@@ -225,6 +228,8 @@ class PodHandler:
         else:
             self.queue.delete(pod.key)
             self.affinity_waiters.discard(pod.key)
+        if self.gangs is not None and not self._ours_and_pending(pod):
+            self.gangs.held.discard(pod.key)
         if pod.pod_group:
             self.release_gang(gang_key(pod))
 
@@ -233,9 +238,25 @@ class PodHandler:
         if self.gangs is None or self.gangs.waiting(gang):
             return
         for key, member in self.gangs.pending(gang).items():
-            if key in self.gated_keys:
-                self.gated_keys.discard(key)
+            if key in self.gangs.held:
+                self.gangs.held.discard(key)
                 self.queue.add(key, member.priority, member)
+
+    def hold_gang(self, gang: str) -> None:
+        """Take the queued members of `gang` back out of the queue while it may not run (its
+        PodGroup went away or became invalid); members in flight finish their cycle."""
+        if self.gangs is None:
+            return
+        message = self.gangs.waiting(gang)
+        if not message:
+            return
+        for key, member in self.gangs.pending(gang).items():
+            if key in self.gangs.held or self.queue.where(key) in (None, IN_FLIGHT):
+                continue
+            self.queue.delete(key)
+            self.gangs.held.add(key)
+            if self.gang_waiting is not None:
+                self.gang_waiting(member, message)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         if _same_spec(old, new) and _finished(old) == _finished(new):
@@ -291,6 +312,7 @@ class PodGroupHandler:
                 )
                 self.recorder.emit(ref, WARNING, "InvalidPodGroup", "Scheduling", problems)
         self.pods.release_gang(group.key)
+        self.pods.hold_gang(group.key)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         if old.get("spec") != new.get("spec"):
@@ -302,3 +324,4 @@ class PodGroupHandler:
         group = parse_pod_group(obj)
         self.gangs.remove_group(group.key)
         self._reported.pop(group.key, None)
+        self.pods.hold_gang(group.key)

@@ -147,3 +147,32 @@ async def test_room_appearing_schedules_the_whole_gang() -> None:
     assert h.scheduler.bound == 3
     assert [c[:2] for c in conditions(h)] == [("False", "Unschedulable"), ("True", "Scheduled")]
     assert conditions(h)[1][2] == "3 of minCount 3 members bound"
+
+
+def test_take_pops_waiting_members_wherever_they_are() -> None:
+    h = harness(cluster(make_node("n")))
+    for name in ("a", "b", "c"):
+        pod = parse_pod(member(name))
+        h.queue.add(pod.key, 0, pod)
+    first = h.queue.pop_nowait()
+    assert first is not None and first.key == "default/a"
+    taken = h.queue.take(["default/a", "default/b", "default/c", "default/missing"])
+    assert [q.key for q in taken] == ["default/b", "default/c"]  # a is in flight already
+    assert {h.queue.where(k) for k in ("default/a", "default/b", "default/c")} == {"in_flight"}
+    assert len({q.cycle for q in taken}) == 2 and all(q.attempts == 1 for q in taken)
+    h.queue.requeue_unschedulable(taken[0])
+    assert h.queue.where("default/b") == "unschedulable"
+
+
+async def test_popped_member_of_a_deleted_group_is_held_not_tried() -> None:
+    h, pods, groups = setup(make_node("n"))
+    groups.on_add(pod_group(min_count=1))
+    pods.on_add(member("a"))
+    queued = h.queue.pop_nowait()
+    assert queued is not None
+    groups.on_delete(pod_group(min_count=1))  # in flight: left alone by the handler
+    h.scheduler.schedule_one(queued)
+    await h.settle()
+    assert h.scheduler.bound == 0 and "default/a" not in h.queue
+    assert h.scheduler.gangs is not None and h.scheduler.gangs.held == {"default/a"}
+    assert h.core.condition_messages() == ["waiting for PodGroup pg: it does not exist"]

@@ -119,16 +119,16 @@ def gang_handlers() -> tuple[Harness, PodHandler, PodGroupHandler, GangTracker]:
 
 
 async def test_members_are_held_until_the_gang_may_run_then_queued_together() -> None:
-    h, pods, groups, _ = gang_handlers()
+    h, pods, groups, tracker = gang_handlers()
     pods.on_add(member("a"))
     pods.on_add(member("b"))
     assert "default/a" not in h.queue and "default/b" not in h.queue
-    assert pods.gated_keys == {"default/a", "default/b"}
+    assert tracker.held == {"default/a", "default/b"}
     groups.on_add(pod_group(min_count=3))
     assert h.queue.pop_nowait() is None  # 2 of minCount 3
     pods.on_add(member("c"))
     assert {h.queue.where(k) for k in ("default/a", "default/b", "default/c")} == {"active"}
-    assert pods.gated_keys == set()
+    assert tracker.held == set()
     await h.settle()
     messages = [p[2]["status"]["conditions"][0] for p in h.core.patches]
     assert {(m["reason"], m["message"]) for m in messages} == {
@@ -147,3 +147,16 @@ async def test_invalid_pod_group_is_reported_and_its_members_wait() -> None:
     reasons = [e["reason"] for e in h.events.bodies]
     assert reasons == ["InvalidPodGroup"]
     assert "spec.schedulingPolicy.gang.minCount" in h.events.bodies[0]["note"]
+
+
+async def test_deleting_the_pod_group_holds_queued_members_again() -> None:
+    h, pods, groups, tracker = gang_handlers()
+    groups.on_add(pod_group(min_count=1))
+    pods.on_add(member("a"))
+    assert h.queue.where("default/a") == "active"
+    groups.on_delete(pod_group(min_count=1))
+    assert "default/a" not in h.queue and tracker.held == {"default/a"}
+    groups.on_add(pod_group(min_count=1))
+    assert h.queue.where("default/a") == "active" and tracker.held == set()
+    pods.on_delete(member("a"))
+    assert tracker.held == set() and tracker.members("default/pg") == set()
