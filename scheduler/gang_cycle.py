@@ -124,7 +124,7 @@ def _fill(
     placed: list[MemberPlacement] = []
     unplaced: dict[str, str] = {}
     plugins: set[str] = set()
-    used: set[str] = set()
+    used = np.zeros(cache.rows, dtype=bool)  # used: (rows,) nodes the gang already uses here
     left = sum(p.gpus for p in members)
     for pod in members:
         snapshot = _Within(cache, domain)
@@ -142,19 +142,13 @@ def _fill(
             plugins.update(r.plugin for r in evaluation.diagnosis.rejections if r.plugin)
             left -= pod.gpus
             continue
-        free = snapshot.gpu_total - snapshot.gpu_used  # free: (rows,)
-        rows = np.flatnonzero(feasible)
-        row = int(
-            max(
-                rows,
-                key=lambda r: (
-                    snapshot.names[r] in used,
-                    min(int(free[r]), left),
-                    float(evaluation.total[r]),
-                    -r,
-                ),
-            )
-        )
+        rows = np.flatnonzero(feasible)  # rows: (candidates,)
+        free = (snapshot.gpu_total - snapshot.gpu_used)[rows]  # free: (candidates,)
+        # Best first: used by the gang, holds most of the GPUs left, best score, lowest row.
+        order = np.lexsort(
+            (rows, -evaluation.total[rows], -np.minimum(free, left), ~used[rows])
+        )  # order: (candidates,)
+        row = int(rows[order[0]])
         node = snapshot.names[row]
         gpus: tuple[int, ...] = ()
         domain_id = NO_DOMAIN
@@ -167,7 +161,7 @@ def _fill(
             gpus, domain_id = tuple(choice.gpus), int(choice.domain)
         cache.assume(pod, node, gpus)
         placed.append(MemberPlacement(pod, node, gpus, domain_id, float(evaluation.total[row])))
-        used.add(node)
+        used[row] = True
         left -= pod.gpus
     return placed, unplaced, plugins
 
@@ -184,6 +178,12 @@ def plan_gang(
     `pinned`: the topology values of members already placed (the gang must stay there)."""
     order = sorted(members, key=lambda p: (-p.gpus, p.key))
     domains = _domains(cache, topology_key, pinned or set())
+    if len(domains) > 1:  # skip values without the GPUs of even the `need` smallest members
+        least = sum(sorted(p.gpus for p in order)[:need])
+        snapshot = Snapshot(cache)
+        free = snapshot.gpu_total - snapshot.gpu_used  # free: (rows,)
+        roomy = [(v, m) for v, m in domains if int(free[m].sum()) >= least]
+        domains = roomy or domains[:1]
     if not domains:
         reason = f"no node has the label {clip(topology_key)} (PodGroup topology constraint)"
         return GangPlan(False, unplaced={p.key: reason for p in order}, plugins={"PodGroup"})

@@ -176,3 +176,16 @@ async def test_popped_member_of_a_deleted_group_is_held_not_tried() -> None:
     assert h.scheduler.bound == 0 and "default/a" not in h.queue
     assert h.scheduler.gangs is not None and h.scheduler.gangs.held == {"default/a"}
     assert h.core.condition_messages() == ["waiting for PodGroup pg: it does not exist"]
+
+
+async def test_members_bound_earlier_count_and_pin_the_topology_value() -> None:
+    h, pods, groups = setup(
+        make_node("r1-a", gpus=8, labels={"rack": "r1"}),
+        make_node("r2-a", gpus=4, labels={"rack": "r2"}),
+    )
+    groups.on_add(pod_group(min_count=2, topology="rack"))
+    pods.on_add(member("w0", gpus=2, node="r2-a"))  # bound before (e.g. a retried member)
+    pods.on_add(member("w1", gpus=2))
+    await h.cycle()
+    assert nodes_of(h, "w1") == {"w1": "r2-a"}  # r1 has more free GPUs, but the gang is on r2
+    assert [c[:2] for c in conditions(h)] == [("True", "Scheduled")]
