@@ -19,6 +19,8 @@
                   (so does a pod with invalid fields, or one using a field the scheduler does
                   not implement: `scheduler.plugins.unsupported`)
 
+    gang member (spec.schedulingGroup): the whole gang in one cycle (`_schedule_gang`, placing
+                  with `scheduler.gang_cycle`): at least minCount members bound, or none
     gated pod (spec.schedulingGates): never queued (`PodHandler`); `pod_gated` patches
                   PodScheduled=False, reason SchedulingGated, once per pod
 
@@ -42,9 +44,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
@@ -54,6 +56,8 @@ from metrics.scheduling import SchedulingMetrics
 from scheduler.cache import ClusterCache
 from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.gang_cycle import plan_gang
+from scheduler.gangs import GangTracker, PodGroupInfo, gang_key
 from scheduler.kube.apierrors import APIError, APITransportError
 from scheduler.kube.binding import (
     SCHEDULING_GATED_MESSAGE,
@@ -65,6 +69,7 @@ from scheduler.kube.binding import (
 )
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.kube.fence import NotLeader
+from scheduler.kube.podgroups import set_pod_group_condition
 from scheduler.kube.tasks import TaskSet
 from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
@@ -184,6 +189,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         post_filter: PostFilter | None = None,
         metrics: SchedulingMetrics | None = None,
+        gangs: GangTracker | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
         self.cache = cache
@@ -206,6 +212,10 @@ class Scheduler:
         error that lost it; the pod stays assumed until it is read back."""
         self.bound = 0
         self.unschedulable = 0
+        self.gangs = gangs
+        self.custom = client.CustomObjectsApi(api_client)
+        self._gang_conditions: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        """PodGroup key -> (status, message) of the condition patched (or being patched)."""
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -238,6 +248,9 @@ class Scheduler:
             return
         if pod.key in self.cache.pods:  # bound meanwhile (by us before a restart, or by hand)
             self.queue.done(queued)
+            return
+        if pod.pod_group and self.gangs is not None:
+            self._schedule_gang(queued, self.gangs)
             return
         if pod.errors:
             message = f"pod has invalid fields: {sorted_errors(pod.errors)}"
@@ -274,6 +287,134 @@ class Scheduler:
         if volumes is not None:  # forget() takes the assumption back
             assume_volumes(self.cache.volumes, volumes)
         self._tasks.spawn(self._bind(queued, pod, placement, volumes), name=f"bind:{pod.key}")
+
+    # -- gangs ---------------------------------------------------------------------------------
+
+    def _schedule_gang(self, queued: QueuedPod[PodInfo], gangs: GangTracker) -> None:
+        """One cycle for the gang of `queued`: its pending members still waiting in the queue
+        are taken along and placed together (`scheduler.gang_cycle.plan_gang`). At least
+        minCount members (counting those already bound or assumed) are placed and bound, or
+        none: each member then goes to the unschedulable pool with the gang's reason and is
+        retried on cluster events like any unschedulable pod.
+
+        Limit: the binds are separate API calls. A member whose bind fails after others were
+        bound is forgotten, logged and backed off as usual (retried alone, in a gang cycle that
+        counts the bound members); the members already bound stay bound."""
+        pod = queued.obj
+        gang = gang_key(pod)
+        group = gangs.groups.get(gang)
+        waiting = gangs.waiting(gang)
+        if group is None or waiting:  # the PodGroup went away: held back again (PreEnqueue)
+            self.queue.done(queued)
+            gangs.held.add(pod.key)
+            self.pod_waiting(pod, waiting)
+            return
+        members = gangs.members(gang)
+        others = [k for k in gangs.pending(gang) if k != pod.key and k not in self.cache.pods]
+        batch = [queued, *self.queue.take(others)]
+        placed_before = [k for k in members if k in self.cache.pods]
+        need = max(group.min_count - len(placed_before), 0)
+        pinned: set[str] = set()
+        if group.topology_key and placed_before:
+            for key in placed_before:
+                node = self.cache.nodes.get(self.cache.pods[key].node)
+                value = node.labels.get(group.topology_key) if node is not None else None
+                if value is not None:
+                    pinned.add(value)
+        plan = plan_gang(
+            self.cache,
+            self.framework,
+            [q.obj for q in batch],
+            need,
+            group.topology_key,
+            pinned,
+        )
+        plugins = tuple(sorted(plan.plugins)) or ("PodGroup",)
+        if not plan.fits:
+            reasons = "; ".join(sorted(set(plan.unplaced.values())))
+            message = (
+                f"gang {group.name}: only {len(placed_before) + plan.best} of minCount "
+                f"{group.min_count} members fit: {reasons}"
+            )
+            if len(message) > 1024:
+                message = message[:1000] + "... (truncated)"
+            for entry in batch:
+                self._unschedulable(entry, message, plugins)
+            self._gang_condition(group, "False", "Unschedulable", message)
+            return
+        by_key = {q.key: q for q in batch}
+        binds: list[Coroutine[Any, Any, None]] = []
+        for member in plan.placed:
+            placement = Placement(member.node, member.gpus, member.domain, member.score)
+            log.info(
+                "pod_placed",
+                pod=member.pod.key,
+                node=placement.node,
+                gpus=list(placement.gpus),
+                nvlink_domain=placement.domain,
+                score=round(placement.score, 2),
+                gang=gang,
+            )
+            binds.append(self._bind(by_key[member.pod.key], member.pod, placement))
+        for key, reason in plan.unplaced.items():
+            self._unschedulable(by_key[key], f"gang {group.name}: {reason}", plugins)
+        self._tasks.spawn(self._bind_gang(group, binds), name=f"bind-gang:{gang}")
+
+    async def _bind_gang(self, group: PodGroupInfo, binds: list[Coroutine[Any, Any, None]]) -> None:
+        """Run the members' binds; then, when minCount members are bound, the PodGroup's
+        condition is set to Scheduled."""
+        await asyncio.gather(*binds)
+        if self.gangs is None:
+            return
+        bound = [k for k in self.gangs.members(group.key) if k in self.cache.pods]
+        if len(bound) >= group.min_count:
+            message = f"{len(bound)} of minCount {group.min_count} members bound"
+            self._gang_condition(group, "True", "Scheduled", message)
+
+    def _gang_condition(self, group: PodGroupInfo, status: str, reason: str, message: str) -> None:
+        """Patch the PodGroup's PodGroupInitiallyScheduled condition unless it already says
+        this; once True it is not set back to False (the gang was scheduled once)."""
+        current = group.condition
+        if current is not None and current[0] == "True":
+            return
+        if current is not None and (current[0], current[2]) == (status, message):
+            return
+        if self._gang_conditions.get(group.key) in ((status, message), ("True", "")):
+            return
+        if not self.is_leader():
+            return
+        self._gang_conditions[group.key] = ("True", "") if status == "True" else (status, message)
+        self._gang_conditions.move_to_end(group.key)
+        while len(self._gang_conditions) > MAX_CONDITION_MARKS:
+            self._gang_conditions.popitem(last=False)
+        self._tasks.spawn(
+            self._set_gang_condition(group, status, reason, message),
+            name=f"podgroup-condition:{group.key}",
+        )
+
+    async def _set_gang_condition(
+        self, group: PodGroupInfo, status: str, reason: str, message: str
+    ) -> None:
+        try:
+            await set_pod_group_condition(
+                self.custom,
+                group.namespace,
+                group.name,
+                status,
+                reason,
+                message,
+                self.bind_timeout,
+                group.uid,
+            )
+        except Exception as error:
+            self._gang_conditions.pop(group.key, None)
+            if isinstance(error, APIError) and error.not_found:
+                return
+            log.warning(
+                "podgroup_condition_failed",
+                podgroup=group.key,
+                error=str(error) if isinstance(error, APIError) else repr(error),
+            )
 
     # -- outcomes ------------------------------------------------------------------------------
 
@@ -318,6 +459,12 @@ class Scheduler:
         leader writes; a pod seen while not leading is marked on its next event."""
         if self.is_leader():
             self._mark_condition(pod, SCHEDULING_GATED_MESSAGE, SCHEDULING_GATED_REASON)
+
+    def pod_waiting(self, pod: PodInfo, message: str) -> None:
+        """PreEnqueue held a gang member back (`scheduler.gangs`): PodScheduled=False, reason
+        SchedulingGated, with why it waits; leader only, like `pod_gated`."""
+        if self.is_leader():
+            self._mark_condition(pod, message, SCHEDULING_GATED_REASON)
 
     def _mark_condition(self, pod: PodInfo, message: str, reason: str) -> None:
         """Start the condition patch unless this message was already patched for the pod."""

@@ -9,6 +9,8 @@ Tasks:
 | informer:priorityclasses, informer:pdbs | policies and budgets read by reclaim         |
 | informer:namespaces | namespace labels for pod affinity's namespaceSelector             |
 | informer:pvcs, informer:pvs, informer:storageclasses | claims, volumes, classes (VolumeBinding) |
+| informer:podgroups | PodGroups (scheduling.k8s.io/v1beta1) for gang scheduling; not   |
+|                 | awaited for readiness: gang members wait until their PodGroup is seen |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
 | cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
@@ -58,11 +60,13 @@ from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
 from scheduler.conflicts import ConflictMonitor
 from scheduler.cycle import Scheduler
-from scheduler.handlers import NodeHandler, PodHandler
+from scheduler.gangs import GangTracker
+from scheduler.handlers import NodeHandler, PodGroupHandler, PodHandler
 from scheduler.kube.client import fence_of
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
+from scheduler.kube.podgroups import list_pod_groups
 from scheduler.namespaces import NamespaceLabels
 from scheduler.objects import PodInfo
 from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Reclaimer, UsageSource
@@ -137,6 +141,7 @@ class Daemon:
         )
         self.reclaimer.preemption.on_attempt = self.metrics.preemption
         framework.narrowers.append(NominatedNode(self.reclaimer))
+        self.gangs = GangTracker()
         self.scheduler = Scheduler(
             scheduler_name=settings.scheduler_name,
             cache=self.cache,
@@ -150,6 +155,7 @@ class Daemon:
             clock=clock,
             post_filter=self.reclaimer,
             metrics=self.metrics,
+            gangs=self.gangs,
         )
         self.elector: Elector = (
             LeaderElector(api_client, settings.leader_election, fence=fence_of(api_client))
@@ -163,6 +169,13 @@ class Daemon:
             settings.scheduler_name,
             self.scheduler.pod_gone,
             self.scheduler.pod_gated,
+            gangs=self.gangs,
+            gang_waiting=self.scheduler.pod_waiting,
+        )
+        self.podgroups = Informer(
+            "podgroups",
+            list_pod_groups(api_client),
+            PodGroupHandler(self.gangs, self.pod_handler, self.recorder),
         )
         self.informers = [
             Informer("nodes", core.list_node, NodeHandler(self.cache, self.queue, self.recorder)),
@@ -217,9 +230,12 @@ class Daemon:
                 "gauge",
                 "scheduler_pending_pods",
                 "Number of pending pods, by the queue type: active, backoff, unschedulable "
-                "(tried, fit nowhere), gated (scheduling gates left, never tried).",
+                "(tried, fit nowhere), gated (scheduling gates left, or a gang member waiting for "
+                "its PodGroup and minCount pods; never tried).",
                 ("queue",),
-                lambda: pending_samples(self.queue.pools(), len(self.pod_handler.gated_keys)),
+                lambda: pending_samples(
+                    self.queue.pools(), len(self.pod_handler.gated_keys) + len(self.gangs.held)
+                ),
             ),
             Reading(
                 "gauge",
@@ -306,6 +322,7 @@ class Daemon:
             async with asyncio.TaskGroup() as group:
                 tasks = [
                     *(self._guarded(f"informer:{i.name}", i.run, group) for i in self.informers),
+                    self._guarded("informer:podgroups", self.podgroups.run, group),
                     self._guarded("queue-flush", self.queue.run, group),
                     self._guarded("cache-expiry", self._expire_reservations, group),
                     self._guarded("leader-election", self.elector.run, group),

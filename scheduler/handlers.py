@@ -14,6 +14,10 @@
   and, unless it already shows PodScheduled=False with reason SchedulingGated, `gated(pod)` is
   told (the scheduler patches that condition); the update that removes the last gate queues it
   in activeQ at once.
+- Gang members (spec.schedulingGroup, `scheduler.gangs`): PreEnqueue holds a member back, like a
+  gated pod, until its PodGroup exists, is valid and at least minCount of its pods exist
+  (`gang_waiting(pod, message)` is told once per hold); then every held member is queued
+  together. `PodGroupHandler` keeps the PodGroups and reports invalid ones (Event + log line).
 - PriorityClasses and PodDisruptionBudgets have their own stores (reclaim policy, `scheduler.pdb`).
 """
 
@@ -25,9 +29,10 @@ from typing import Any
 import structlog
 
 from scheduler.cache import ClusterCache
+from scheduler.gangs import GangTracker, gang_key, parse_pod_group
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
 from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, sorted_errors
-from scheduler.queue import UNSCHEDULABLE, SchedulingQueue
+from scheduler.queue import IN_FLIGHT, UNSCHEDULABLE, SchedulingQueue
 
 log = structlog.get_logger("gpu-scheduler.handlers")
 
@@ -149,6 +154,8 @@ class PodHandler:
         scheduler_name: str,
         gone: Callable[[str, str], None] | None = None,
         gated: Callable[[PodInfo], None] | None = None,
+        gangs: GangTracker | None = None,
+        gang_waiting: Callable[[PodInfo, str], None] | None = None,
     ) -> None:
         self.cache = cache
         self.queue = queue
@@ -161,6 +168,8 @@ class PodHandler:
         self.gated_keys: set[str] = set()
         """Keys of our pending pods held back by scheduling gates (counted as pending pods in
         the `gated` queue)."""
+        self.gangs = gangs
+        self.gang_waiting = gang_waiting
 
     def _ours_and_pending(self, pod: PodInfo) -> bool:
         return (
@@ -173,6 +182,8 @@ class PodHandler:
     def on_add(self, obj: Mapping[str, Any]) -> None:
         pod = parse_pod(obj)
         self.gated_keys.discard(pod.key)
+        if self.gangs is not None:
+            self.gangs.pod_seen(pod, self._ours_and_pending(pod) and not pod.scheduling_gates)
         if pod.bound:
             was_counted = pod.key in self.cache.pods
             was_assumed = self.cache.is_assumed(pod.key)
@@ -192,6 +203,21 @@ class PodHandler:
             self.gated_keys.add(pod.key)
             if self.gated is not None and not _shows_gated(obj):
                 self.gated(pod)
+        elif self._ours_and_pending(pod) and self.gangs is not None and pod.pod_group:
+            message = self.gangs.waiting(gang_key(pod))
+            if message:  # PreEnqueue: held back like a gated pod until the gang may run
+                self.queue.delete(pod.key)
+                if pod.key not in self.gangs.held:
+                    self.gangs.held.add(pod.key)
+                    if self.gang_waiting is not None:
+                        self.gang_waiting(pod, message)
+            elif pod.key in self.gangs.held:
+                self.gangs.held.discard(pod.key)
+                self.queue.add(pod.key, pod.priority, pod)
+            elif pod.key in self.queue:
+                self.queue.update(pod.key, pod.priority, pod)
+            else:
+                self.queue.add(pod.key, pod.priority, pod)
         elif self._ours_and_pending(pod):
             if pod.pod_affinity is not None and pod.pod_affinity.required_affinity:
                 self.affinity_waiters.add(pod.key)
@@ -202,6 +228,35 @@ class PodHandler:
         else:
             self.queue.delete(pod.key)
             self.affinity_waiters.discard(pod.key)
+        if self.gangs is not None and not self._ours_and_pending(pod):
+            self.gangs.held.discard(pod.key)
+        if pod.pod_group:
+            self.release_gang(gang_key(pod))
+
+    def release_gang(self, gang: str) -> None:
+        """Queue every held member of `gang` together once it may run (PreEnqueue passed)."""
+        if self.gangs is None or self.gangs.waiting(gang):
+            return
+        for key, member in self.gangs.pending(gang).items():
+            if key in self.gangs.held:
+                self.gangs.held.discard(key)
+                self.queue.add(key, member.priority, member)
+
+    def hold_gang(self, gang: str) -> None:
+        """Take the queued members of `gang` back out of the queue while it may not run (its
+        PodGroup went away or became invalid); members in flight finish their cycle."""
+        if self.gangs is None:
+            return
+        message = self.gangs.waiting(gang)
+        if not message:
+            return
+        for key, member in self.gangs.pending(gang).items():
+            if key in self.gangs.held or self.queue.where(key) in (None, IN_FLIGHT):
+                continue
+            self.queue.delete(key)
+            self.gangs.held.add(key)
+            if self.gang_waiting is not None:
+                self.gang_waiting(member, message)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         if _same_spec(old, new) and _finished(old) == _finished(new):
@@ -213,6 +268,8 @@ class PodHandler:
         self.queue.delete(pod.key)
         self.affinity_waiters.discard(pod.key)
         self.gated_keys.discard(pod.key)
+        if self.gangs is not None:
+            self.gangs.pod_gone(pod.key)
         if self.gone is not None:
             self.gone(pod.uid, pod.key)
         if pod.key in self.cache.pods:
@@ -225,3 +282,46 @@ class PodHandler:
         satisfy (kube-scheduler's queueing hint for an assigned pod's add)."""
         if any(self.queue.where(k) == UNSCHEDULABLE for k in self.affinity_waiters):
             self.queue.move_all_to_active_or_backoff("PodAdd")
+
+
+class PodGroupHandler:
+    """Informer handler for PodGroups (scheduling.k8s.io/v1beta1): keeps `gangs` current, reports
+    an invalid PodGroup (Event on it + log line, once per distinct problem) and releases the
+    members a new or changed PodGroup lets run."""
+
+    def __init__(
+        self, gangs: GangTracker, pods: PodHandler, recorder: EventRecorder | None
+    ) -> None:
+        self.gangs = gangs
+        self.pods = pods
+        self.recorder = recorder
+        self._reported: dict[str, str] = {}
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        group = parse_pod_group(obj)
+        self.gangs.set_group(group)
+        problems = sorted_errors(group.errors)
+        if not problems:
+            self._reported.pop(group.key, None)
+        elif self._reported.get(group.key) != problems:
+            self._reported[group.key] = problems
+            log.warning("podgroup_invalid_fields", podgroup=group.key, errors=problems)
+            if self.recorder is not None:
+                ref = ObjectRef(
+                    "PodGroup", group.name, group.namespace, group.uid, "scheduling.k8s.io/v1beta1"
+                )
+                self.recorder.emit(ref, WARNING, "InvalidPodGroup", "Scheduling", problems)
+        self.pods.release_gang(group.key)
+        self.pods.hold_gang(group.key)
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        if old.get("spec") != new.get("spec"):
+            self.on_add(new)
+        else:  # status only (our own condition patches): keep the condition current
+            self.gangs.set_group(parse_pod_group(new))
+
+    def on_delete(self, obj: Mapping[str, Any]) -> None:
+        group = parse_pod_group(obj)
+        self.gangs.remove_group(group.key)
+        self._reported.pop(group.key, None)
+        self.pods.hold_gang(group.key)

@@ -150,6 +150,9 @@ class PodInfo:
     """spec.preemptionPolicy: Never keeps the pod from preempting others (scheduler.preemption)."""
     claims: tuple[str, ...] = ()
     """Names of the PersistentVolumeClaims its volumes use (VolumeBinding), in its namespace."""
+    pod_group: str = ""
+    """spec.schedulingGroup.podGroupName: the PodGroup (same namespace) it is a member of, "" for
+    none (see `scheduler.gangs`)."""
 
     @property
     def bound(self) -> bool:
@@ -517,6 +520,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         scheduled_at = _timestamp(status.get("startTime"))
     spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
     preemption_policy = read_preemption_policy(spec, _reporter(errors))
+    pod_group = _pod_group(spec, errors)
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -551,7 +555,22 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         unsupported=unsupported_fields(obj),
         preemption_policy=preemption_policy,
         claims=_pod_claims(spec, errors),
+        pod_group=pod_group,
     )
+
+
+def _pod_group(spec: Mapping[str, Any], errors: list[FieldError]) -> str:
+    """spec.schedulingGroup.podGroupName ("" when absent); a non-string is an error."""
+    group = _map(spec.get("schedulingGroup"), "spec.schedulingGroup", errors)
+    name = group.get("podGroupName")
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        errors.append(
+            FieldError("spec.schedulingGroup.podGroupName", f"must be a string, got {quote(name)}")
+        )
+        return ""
+    return name
 
 
 def parse_node(obj: Mapping[str, Any]) -> NodeInfo:

@@ -473,6 +473,23 @@ class SchedulingQueue(Generic[T]):
             heapq.heappop(heap)
         return None
 
+    def take(self, keys: Iterable[str]) -> list[QueuedPod[T]]:
+        """Pop these pods, wherever they wait (activeQ, backoffQ, the unschedulable pool), as
+        `pop` would: each is then in flight with its own cycle. Keys not waiting (unknown, or
+        in flight already) are skipped. For a gang's members, scheduled in one cycle."""
+        taken: list[QueuedPod[T]] = []
+        for key in keys:
+            if key in self._in_flight:
+                continue
+            pod = self._remove_queued(key)
+            if pod is None:
+                continue
+            self._scheduling_cycle += 1
+            pod = replace(pod, attempts=pod.attempts + 1, cycle=self._scheduling_cycle)
+            self._in_flight[key] = _Flight(pod, pod.priority, pod.obj)
+            taken.append(pod)
+        return taken
+
     def oldest_queued_at(self) -> float | None:
         """The earliest `initial_queued_at` of the pods waiting in a pool or in flight, on the
         queue's clock (None when there are none); for the age of the oldest pending pod."""

@@ -71,9 +71,11 @@ CONTROLLERS = (
 )
 READY_TIMEOUT_S = 90.0
 
-FEATURE_GATES = "GenericWorkload=true"
-"""Beta in Kubernetes 1.37 but off by default: the Workload and PodGroup API
-(scheduling.k8s.io/v1beta1) and the components' support for it (gang scheduling)."""
+FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+"""GenericWorkload: beta in Kubernetes 1.37 but off by default: the Workload and PodGroup API
+(scheduling.k8s.io/v1beta1) and the components' support for it (gang scheduling).
+TopologyAwareWorkloadScheduling (alpha): without it the API server drops a PodGroup's
+spec.schedulingConstraints (the topology key a gang must share)."""
 RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 """Beta APIs are served only when asked for."""
 

@@ -1,0 +1,191 @@
+"""Gang cycles on plain data (in-memory doubles): all members of a gang placed at once, or none;
+the gang packed on few nodes; a topology key keeps it on one label value."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from scheduler.config import SchedulerConfig
+from scheduler.gang_cycle import plan_gang
+from scheduler.gangs import GangTracker
+from scheduler.handlers import PodGroupHandler, PodHandler
+from scheduler.objects import parse_pod
+from scheduler.profile import default_framework
+from tests.unit.scheduler.builders import cluster, make_node, make_pod
+from tests.unit.scheduler.core_api_double import FakeResponse, Harness, harness
+from tests.unit.scheduler.test_gangs import member, pod_group
+
+
+class FakeCustomObjects:
+    """PodGroup status patches: (namespace, name, body) each."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def patch_namespaced_custom_object_status(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: Any, **_: Any
+    ) -> FakeResponse:
+        assert (group, version, plural) == ("scheduling.k8s.io", "v1beta1", "podgroups")
+        self.patches.append((namespace, name, body))
+        return FakeResponse(200)
+
+
+def conditions(h: Harness) -> list[tuple[str, str, str]]:
+    custom = h.scheduler.custom
+    assert isinstance(custom, FakeCustomObjects)
+    found = []
+    for _, _, body in custom.patches:
+        (condition,) = body["status"]["conditions"]
+        assert condition["type"] == "PodGroupInitiallyScheduled"
+        found.append((condition["status"], condition["reason"], condition["message"]))
+    return found
+
+
+def setup(
+    *nodes: dict[str, Any], blockers: tuple[dict[str, Any], ...] = ()
+) -> tuple[Harness, PodHandler, PodGroupHandler]:
+    h = harness(cluster(*nodes, pods=blockers))
+    tracker = GangTracker()
+    h.scheduler.gangs = tracker
+    h.scheduler.custom = cast(Any, FakeCustomObjects())
+    pods = PodHandler(
+        h.cache,
+        h.queue,
+        "gpu-scheduler",
+        h.scheduler.pod_gone,
+        h.scheduler.pod_gated,
+        gangs=tracker,
+        gang_waiting=h.scheduler.pod_waiting,
+    )
+    return h, pods, PodGroupHandler(tracker, pods, h.recorder)
+
+
+def nodes_of(h: Harness, *names: str) -> dict[str, str]:
+    return {n: h.cache.pods[f"default/{n}"].node for n in names if f"default/{n}" in h.cache.pods}
+
+
+async def test_four_two_gpu_members_share_one_eight_gpu_node() -> None:
+    small = [make_node(f"small-{i}", gpus=2) for i in range(4)]
+    h, pods, groups = setup(*small, make_node("big", gpus=8))
+    groups.on_add(pod_group(min_count=4))
+    names = [f"w{i}" for i in range(4)]
+    for name in names:
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()
+    assert set(nodes_of(h, *names).values()) == {"big"}
+    assert h.scheduler.bound == 4
+    assert len(h.queue) == 0
+
+
+async def test_gang_that_cannot_fit_binds_nothing() -> None:
+    h, pods, groups = setup(make_node("a", gpus=4), make_node("b", gpus=1))
+    groups.on_add(pod_group(min_count=3))
+    for name in ("w0", "w1", "w2"):
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()  # one cycle for the whole gang: 2 of 3 fit, so none is placed
+    assert h.scheduler.bound == 0
+    assert not any(h.cache.is_assumed(f"default/w{i}") for i in range(3))
+    assert h.cache.node_gpus_used("a").sum() == 0
+    assert {h.queue.where(f"default/w{i}") for i in range(3)} == {"unschedulable"}
+    notes = {e["note"] for e in h.events.bodies if e["reason"] == "FailedScheduling"}
+    assert len(notes) == 1
+    (note,) = notes
+    assert note.startswith("gang pg: only 2 of minCount 3 members fit: ")
+    assert "Insufficient nvidia.com/gpu" in note
+    assert conditions(h) == [("False", "Unschedulable", note)]
+
+
+async def test_min_count_below_members_binds_all_that_fit() -> None:
+    h, pods, groups = setup(make_node("a", gpus=4))
+    groups.on_add(pod_group(min_count=2))
+    for name in ("w0", "w1", "w2"):
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()
+    assert h.scheduler.bound == 2
+    left = [k for k in ("default/w0", "default/w1", "default/w2") if k not in h.cache.pods]
+    assert len(left) == 1 and h.queue.where(left[0]) == "unschedulable"
+
+
+def test_topology_key_keeps_the_gang_on_one_value_best_first() -> None:
+    cache = cluster(
+        make_node("r1-a", gpus=4, labels={"rack": "r1"}),
+        make_node("r2-a", gpus=4, labels={"rack": "r2"}),
+        make_node("r2-b", gpus=4, labels={"rack": "r2"}),
+        make_node("nolabel", gpus=8),
+    )
+    members = [parse_pod(member(f"w{i}", gpus=4)) for i in range(2)]
+    framework = default_framework(SchedulerConfig())
+    plan = plan_gang(cache, framework, members, 2, "rack")
+    assert plan.fits and plan.topology_value == "r2"
+    assert {p.node for p in plan.placed} == {"r2-a", "r2-b"}
+    assert all(cache.is_assumed(p.pod.key) for p in plan.placed)
+
+
+def test_topology_failure_forgets_every_assumption() -> None:
+    cache = cluster(
+        make_node("r1-a", gpus=4, labels={"rack": "r1"}),
+        make_node("r2-a", gpus=4, labels={"rack": "r2"}),
+    )
+    members = [parse_pod(member(f"w{i}", gpus=4)) for i in range(2)]
+    plan = plan_gang(cache, default_framework(SchedulerConfig()), members, 2, "rack")
+    assert not plan.fits and plan.best == 1
+    assert cache.pods == {}
+    assert all(r.startswith("rack=r") for r in plan.unplaced.values())
+
+
+async def test_room_appearing_schedules_the_whole_gang() -> None:
+    blocker = make_pod("blocker", gpus=4, node="a")
+    h, pods, groups = setup(make_node("a", gpus=8), blockers=(blocker,))
+    groups.on_add(pod_group(min_count=3))
+    for name in ("w0", "w1", "w2"):
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()
+    assert h.scheduler.bound == 0
+    pods.on_delete(blocker)  # room: the unschedulable members move back
+    h.after_backoff(1)
+    await h.cycle()
+    assert h.scheduler.bound == 3
+    assert [c[:2] for c in conditions(h)] == [("False", "Unschedulable"), ("True", "Scheduled")]
+    assert conditions(h)[1][2] == "3 of minCount 3 members bound"
+
+
+def test_take_pops_waiting_members_wherever_they_are() -> None:
+    h = harness(cluster(make_node("n")))
+    for name in ("a", "b", "c"):
+        pod = parse_pod(member(name))
+        h.queue.add(pod.key, 0, pod)
+    first = h.queue.pop_nowait()
+    assert first is not None and first.key == "default/a"
+    taken = h.queue.take(["default/a", "default/b", "default/c", "default/missing"])
+    assert [q.key for q in taken] == ["default/b", "default/c"]  # a is in flight already
+    assert {h.queue.where(k) for k in ("default/a", "default/b", "default/c")} == {"in_flight"}
+    assert len({q.cycle for q in taken}) == 2 and all(q.attempts == 1 for q in taken)
+    h.queue.requeue_unschedulable(taken[0])
+    assert h.queue.where("default/b") == "unschedulable"
+
+
+async def test_popped_member_of_a_deleted_group_is_held_not_tried() -> None:
+    h, pods, groups = setup(make_node("n"))
+    groups.on_add(pod_group(min_count=1))
+    pods.on_add(member("a"))
+    queued = h.queue.pop_nowait()
+    assert queued is not None
+    groups.on_delete(pod_group(min_count=1))  # in flight: left alone by the handler
+    h.scheduler.schedule_one(queued)
+    await h.settle()
+    assert h.scheduler.bound == 0 and "default/a" not in h.queue
+    assert h.scheduler.gangs is not None and h.scheduler.gangs.held == {"default/a"}
+    assert h.core.condition_messages() == ["waiting for PodGroup pg: it does not exist"]
+
+
+async def test_members_bound_earlier_count_and_pin_the_topology_value() -> None:
+    h, pods, groups = setup(
+        make_node("r1-a", gpus=8, labels={"rack": "r1"}),
+        make_node("r2-a", gpus=4, labels={"rack": "r2"}),
+    )
+    groups.on_add(pod_group(min_count=2, topology="rack"))
+    pods.on_add(member("w0", gpus=2, node="r2-a"))  # bound before (e.g. a retried member)
+    pods.on_add(member("w1", gpus=2))
+    await h.cycle()
+    assert nodes_of(h, "w1") == {"w1": "r2-a"}  # r1 has more free GPUs, but the gang is on r2
+    assert [c[:2] for c in conditions(h)] == [("True", "Scheduled")]
