@@ -373,7 +373,10 @@ class Scheduler:
 
     def _gang_condition(self, group: PodGroupInfo, status: str, reason: str, message: str) -> None:
         """Patch the PodGroup's PodGroupInitiallyScheduled condition unless it already says
-        this; once True it is not set back to False (the gang was scheduled once)."""
+        this; once True it is not set back to False (the gang was scheduled once). Only
+        v1beta1 PodGroups get it (scheduler-plugins PodGroups' status is left alone)."""
+        if group.source != "scheduling.k8s.io/v1beta1":
+            return
         current = group.condition
         if current is not None and current[0] == "True":
             return

@@ -11,6 +11,7 @@ Tasks:
 | informer:pvcs, informer:pvs, informer:storageclasses | claims, volumes, classes (VolumeBinding) |
 | informer:podgroups | PodGroups (scheduling.k8s.io/v1beta1) for gang scheduling; not   |
 |                 | awaited for readiness: gang members wait until their PodGroup is seen |
+| informer:coscheduling | scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1), likewise |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
 | cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
@@ -59,10 +60,12 @@ from scheduler.allocation import AllocationTracker
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
 from scheduler.conflicts import ConflictMonitor
+from scheduler.coscheduling import CoschedulingGroupHandler
 from scheduler.cycle import Scheduler
 from scheduler.gangs import GangTracker
 from scheduler.handlers import NodeHandler, PodGroupHandler, PodHandler
 from scheduler.kube.client import fence_of
+from scheduler.kube.coscheduling import list_coscheduling_groups
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
@@ -176,6 +179,11 @@ class Daemon:
             "podgroups",
             list_pod_groups(api_client),
             PodGroupHandler(self.gangs, self.pod_handler, self.recorder),
+        )
+        self.cosched_groups = Informer(
+            "coscheduling-podgroups",
+            list_coscheduling_groups(api_client),
+            CoschedulingGroupHandler(self.gangs, self.pod_handler, self.recorder),
         )
         self.informers = [
             Informer("nodes", core.list_node, NodeHandler(self.cache, self.queue, self.recorder)),
@@ -323,6 +331,7 @@ class Daemon:
                 tasks = [
                     *(self._guarded(f"informer:{i.name}", i.run, group) for i in self.informers),
                     self._guarded("informer:podgroups", self.podgroups.run, group),
+                    self._guarded("informer:coscheduling", self.cosched_groups.run, group),
                     self._guarded("queue-flush", self.queue.run, group),
                     self._guarded("cache-expiry", self._expire_reservations, group),
                     self._guarded("leader-election", self.elector.run, group),

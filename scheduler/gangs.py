@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.kube.podgroups import CONDITION_TYPE as SCHEDULED_CONDITION
-from scheduler.objects import FieldError, PodInfo
+from scheduler.objects import COSCHEDULING_PREFIX, FieldError, PodInfo
 from topology.text import clip, quote
 
 MAX_MIN_COUNT = 100_000
@@ -53,6 +53,10 @@ class PodGroupInfo:
     condition: tuple[str, str, str] | None = None
     """status.conditions[PodGroupInitiallyScheduled] as (status, reason, message), if any."""
     errors: tuple[FieldError, ...] = ()
+    source: str = "scheduling.k8s.io/v1beta1"
+    """The API the group comes from: this one or `COSCHEDULING_SOURCE`."""
+    schedule_timeout_seconds: int | None = None
+    """scheduler-plugins' spec.scheduleTimeoutSeconds: for information only (not enforced)."""
 
 
 def gang_key(pod: PodInfo) -> str:
@@ -228,3 +232,46 @@ class GangTracker:
                 "pods exist"
             )
         return ""
+
+
+# -- scheduler-plugins coscheduling (scheduling.x-k8s.io/v1alpha1) ------------------------------
+
+COSCHEDULING_SOURCE = "scheduling.x-k8s.io/v1alpha1"
+
+
+def parse_coscheduling_group(obj: Mapping[str, Any]) -> PodGroupInfo:
+    """A PodGroupInfo (all-or-nothing, minCount = spec.minMember) from a scheduler-plugins
+    PodGroup's JSON. `spec.scheduleTimeoutSeconds` is read and kept for information only.
+    Never raises; problems land in `errors`."""
+    errors: list[FieldError] = []
+    metadata = _object(obj.get("metadata"), "metadata", errors)
+    spec = _object(obj.get("spec"), "spec", errors)
+    namespace = clip(metadata.get("namespace") or "")
+    name = clip(metadata.get("name") or "")
+    raw = spec.get("minMember")
+    min_count = 1
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        errors.append(FieldError("spec.minMember", f"must be an integer, got {quote(raw)}"))
+    elif raw < 1 or raw > MAX_MIN_COUNT:
+        errors.append(
+            FieldError("spec.minMember", f"must be between 1 and {MAX_MIN_COUNT}, got {quote(raw)}")
+        )
+    else:
+        min_count = raw
+    timeout = spec.get("scheduleTimeoutSeconds")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)):
+        errors.append(
+            FieldError("spec.scheduleTimeoutSeconds", f"must be an integer, got {quote(timeout)}")
+        )
+        timeout = None
+    return PodGroupInfo(
+        key=f"{namespace}/{COSCHEDULING_PREFIX}{name}",
+        namespace=namespace,
+        name=name,
+        uid=clip(metadata.get("uid") or ""),
+        gang=True,
+        min_count=min_count,
+        errors=tuple(errors),
+        source=COSCHEDULING_SOURCE,
+        schedule_timeout_seconds=timeout,
+    )

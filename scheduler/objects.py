@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+import structlog
 
 from scheduler.plugins.unsupported import unsupported_fields
 from scheduler.podfields import HostPort, pod_features
@@ -521,6 +522,9 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
     preemption_policy = read_preemption_policy(spec, _reporter(errors))
     pod_group = _pod_group(spec, errors)
+    pod_group = coscheduling_pod_group(
+        f"{namespace}/{name}", pod_group, _string_map(metadata.get("labels"))
+    )
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -696,3 +700,39 @@ __all__ = [
     "parse_node",
     "parse_pod",
 ]
+
+
+# -- scheduler-plugins coscheduling label ------------------------------------------------------
+
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+"""The pod label naming a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1, same
+namespace)."""
+COSCHEDULING_PREFIX = "scheduling.x-k8s.io/"
+"""Prefix of `PodInfo.pod_group` for a labelled pod: its gang key ("ns/scheduling.x-k8s.io/name")
+never equals a v1beta1 PodGroup's ("ns/name"; object names hold no "/")."""
+_MAX_BOTH_LOGGED = 4096
+_both_logged: dict[str, None] = {}
+"""Pods already logged for carrying both spec.schedulingGroup and the label (bounded, oldest
+first out): one log line per pod, not per informer event."""
+
+
+def coscheduling_pod_group(key: str, pod_group: str, labels: Mapping[str, str]) -> str:
+    """`PodInfo.pod_group` from spec.schedulingGroup's `pod_group` and the pod's labels: the
+    PodGroup API wins (a log line says the label is ignored); else the label, prefixed."""
+    name = labels.get(COSCHEDULING_LABEL, "")
+    if not name:
+        return pod_group
+    if pod_group:
+        if key not in _both_logged:
+            _both_logged[key] = None
+            if len(_both_logged) > _MAX_BOTH_LOGGED:
+                del _both_logged[next(iter(_both_logged))]
+            structlog.get_logger("gpu-scheduler.objects").info(
+                "pod_group_label_ignored",
+                pod=key,
+                label=COSCHEDULING_LABEL,
+                value=clip(name),
+                reason="spec.schedulingGroup is set and takes precedence",
+            )
+        return pod_group
+    return f"{COSCHEDULING_PREFIX}{name}"
