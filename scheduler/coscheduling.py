@@ -8,45 +8,20 @@ of these PodGroups is not written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import structlog
-
-from scheduler.gangs import COSCHEDULING_SOURCE, parse_coscheduling_group
+from scheduler.gangs import COSCHEDULING_SOURCE, PodGroupInfo, parse_coscheduling_group
 from scheduler.handlers import PodGroupHandler
-from scheduler.kube.events import WARNING, ObjectRef
-from scheduler.objects import sorted_errors
-
-log = structlog.get_logger("gpu-scheduler.coscheduling")
 
 
 class CoschedulingGroupHandler(PodGroupHandler):
-    """`PodGroupHandler` for the v1alpha1 PodGroups: same bookkeeping, own parser."""
+    """`PodGroupHandler` for the v1alpha1 PodGroups: same bookkeeping, own parser; a change of
+    status alone is ignored (their status is not ours to track)."""
 
-    def on_add(self, obj: Mapping[str, Any]) -> None:
-        group = parse_coscheduling_group(obj)
-        self.gangs.set_group(group)
-        problems = sorted_errors(group.errors)
-        if not problems:
-            self._reported.pop(group.key, None)
-        elif self._reported.get(group.key) != problems:
-            self._reported[group.key] = problems
-            log.warning("podgroup_invalid_fields", podgroup=group.key, errors=problems)
-            if self.recorder is not None:
-                ref = ObjectRef(
-                    "PodGroup", group.name, group.namespace, group.uid, COSCHEDULING_SOURCE
-                )
-                self.recorder.emit(ref, WARNING, "InvalidPodGroup", "Scheduling", problems)
-        self.pods.release_gang(group.key)
-        self.pods.hold_gang(group.key)
+    parse: Callable[[Mapping[str, Any]], PodGroupInfo] = staticmethod(parse_coscheduling_group)
+    api_version = COSCHEDULING_SOURCE
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         if old.get("spec") != new.get("spec"):
             self.on_add(new)
-
-    def on_delete(self, obj: Mapping[str, Any]) -> None:
-        group = parse_coscheduling_group(obj)
-        self.gangs.remove_group(group.key)
-        self._reported.pop(group.key, None)
-        self.pods.hold_gang(group.key)

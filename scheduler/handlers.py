@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 
 from scheduler.cache import ClusterCache
-from scheduler.gangs import GangTracker, gang_key, parse_pod_group
+from scheduler.gangs import GangTracker, PodGroupInfo, gang_key, parse_pod_group
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
 from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, sorted_errors
 from scheduler.queue import IN_FLIGHT, UNSCHEDULABLE, SchedulingQueue
@@ -297,8 +297,13 @@ class PodGroupHandler:
         self.recorder = recorder
         self._reported: dict[str, str] = {}
 
+    parse: Callable[[Mapping[str, Any]], PodGroupInfo] = staticmethod(parse_pod_group)
+    """The parser of this handler's PodGroup API (a subclass serves another)."""
+    api_version = "scheduling.k8s.io/v1beta1"
+    """The apiVersion its Events name the PodGroup with."""
+
     def on_add(self, obj: Mapping[str, Any]) -> None:
-        group = parse_pod_group(obj)
+        group = self.parse(obj)
         self.gangs.set_group(group)
         problems = sorted_errors(group.errors)
         if not problems:
@@ -308,7 +313,7 @@ class PodGroupHandler:
             log.warning("podgroup_invalid_fields", podgroup=group.key, errors=problems)
             if self.recorder is not None:
                 ref = ObjectRef(
-                    "PodGroup", group.name, group.namespace, group.uid, "scheduling.k8s.io/v1beta1"
+                    "PodGroup", group.name, group.namespace, group.uid, self.api_version
                 )
                 self.recorder.emit(ref, WARNING, "InvalidPodGroup", "Scheduling", problems)
         self.pods.release_gang(group.key)
@@ -318,10 +323,10 @@ class PodGroupHandler:
         if old.get("spec") != new.get("spec"):
             self.on_add(new)
         else:  # status only (our own condition patches): keep the condition current
-            self.gangs.set_group(parse_pod_group(new))
+            self.gangs.set_group(self.parse(new))
 
     def on_delete(self, obj: Mapping[str, Any]) -> None:
-        group = parse_pod_group(obj)
+        group = self.parse(obj)
         self.gangs.remove_group(group.key)
         self._reported.pop(group.key, None)
         self.pods.hold_gang(group.key)

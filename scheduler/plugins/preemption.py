@@ -47,7 +47,7 @@ from scheduler.config import PreemptionConfig
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.objects import PodInfo
 from scheduler.pdb import PdbStore
-from scheduler.plugins.victims import PREEMPTION, Plan, Victim
+from scheduler.plugins.victims import PREEMPTION, Plan, Victim, may_make_room
 from scheduler.preemption import (
     TERMINATING_MESSAGE,
     Candidate,
@@ -172,13 +172,7 @@ class PriorityPreemption:
         found: dict[str, Victim] = {}
         for state in self.cache.iter_pods_on(node):
             other = state.info
-            if (
-                state.assumed
-                or state.reserved_at is not None
-                or other.terminating
-                or other.key == pod.key
-                or other.priority >= pod.priority
-            ):
+            if not may_make_room(state, pod) or other.priority >= pod.priority:
                 continue
             budgets = self.pdbs.budgets_of(other.namespace, other.name, other.labels)
             found[other.key] = Victim(other, node, state.gpus, budgets=budgets)

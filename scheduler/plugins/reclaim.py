@@ -78,7 +78,7 @@ from scheduler.pdb import PdbStore
 from scheduler.plugins.nvlink import one_domain_feasible
 from scheduler.plugins.preemption import PriorityPreemption
 from scheduler.plugins.reclaim_policies import PolicyStore
-from scheduler.plugins.victims import PREEMPTION, Plan, Victim
+from scheduler.plugins.victims import PREEMPTION, Plan, Victim, may_make_room
 from topology.occupancy import choose_gpus
 
 log = structlog.get_logger("gpu-scheduler.reclaim")
@@ -359,12 +359,7 @@ class Reclaimer:
         for node in nodes:
             for state in self.cache.iter_pods_on(node):
                 other = state.info
-                if (
-                    state.assumed
-                    or state.reserved_at is not None
-                    or other.terminating
-                    or other.key == pod.key
-                ):
+                if not may_make_room(state, pod):
                     continue
                 facts = VictimFacts(
                     other.key,

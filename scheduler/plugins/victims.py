@@ -11,10 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reclaim.usage import Verdict
+from scheduler.cache import PodState
 from scheduler.objects import PodInfo
 
 RECLAIM = "reclaim"
 PREEMPTION = "preemption"
+
+
+def may_make_room(state: PodState, preemptor: PodInfo) -> bool:
+    """Whether the pod of `state` may be weighed as a victim for `preemptor` by either step: it
+    counts on its node (not a reservation, not assumed by a binding in flight), is not already
+    terminating and is not the preemptor itself."""
+    return not (
+        state.assumed
+        or state.reserved_at is not None
+        or state.info.terminating
+        or state.info.key == preemptor.key
+    )
 
 
 @dataclass(frozen=True)
