@@ -3,6 +3,11 @@
     gpu-scheduler explain --pod NAMESPACE/NAME [--kubeconfig FILE] [-o table|json]
         (without --kubeconfig: the KUBECONFIG environment variable, else in-cluster)
     gpu-scheduler explain --pod-file POD.yaml --cluster DUMP.yaml [-o table|json]
+    gpu-scheduler explain --pod-group NAMESPACE/NAME [--kubeconfig FILE] [-o table|json]
+
+For a gang member (or `--pod-group`) the output is the plan of the whole gang, member by member
+(`scheduler.tools.explain_gang`); offline, the dump must then hold the PodGroup too
+(`kubectl get nodes,pods,podgroups -A -o yaml`).
 
 DUMP is what `kubectl get nodes,pods -A -o yaml` prints. The same filters, scores and weights as
 the daemon are applied (`--config` picks the weights), to a cache built from the nodes and the
@@ -41,9 +46,19 @@ from scheduler.tools.errors import (
     check_kubeconfig,
     kubeconfig_from_env,
 )
+from scheduler.tools.explain_gang import (
+    explain_gang,
+    find_group,
+    gang_of,
+    group_from_dump,
+    read_group,
+    render_gang,
+)
 
 COMPONENTS = ("base", "domain_integrity", "node_matching", "domain_completion", "efficiency")
 JsonObject = dict[str, Any]
+Gang = tuple[str, JsonObject | None]
+"""A gang to explain: its key and its PodGroup's JSON (None: the PodGroup does not exist)."""
 
 
 def _number(value: float) -> float | None:
@@ -199,33 +214,44 @@ def load_dump(path: Path) -> list[JsonObject]:
 
 
 async def _from_cluster(
-    kubeconfig: Path | None, pod_ref: str
-) -> tuple[JsonObject, list[JsonObject]]:
+    kubeconfig: Path | None, pod_ref: str | None, group_ref: str | None = None
+) -> tuple[JsonObject | None, list[JsonObject], Gang | None]:
+    """The pod `pod_ref` (None with `group_ref`), every Node and Pod, and the gang to explain
+    (the pod's, or the PodGroup `group_ref`) with its PodGroup."""
     from kubernetes_asyncio import client
 
     from scheduler.kube.apierrors import APINotFoundError, expect_success
     from scheduler.kube.client import api_client_for
 
-    namespace, _, name = pod_ref.partition("/")
     async with await api_client_for(str(kubeconfig) if kubeconfig else None) as api_client:
         core = client.CoreV1Api(api_client)
 
         async def raw(call: Any) -> Any:
             return json.loads(await expect_success(await call))
 
-        try:
-            pod = await raw(core.read_namespaced_pod(name, namespace, _preload_content=False))
-        except APINotFoundError:
-            raise CommandError(
-                f"pod {namespace}/{name} not found; list the pods with "
-                f"`kubectl get pods -n {namespace}`",
-                EXIT_RUNTIME,
-            ) from None
+        pod: JsonObject | None = None
+        gang: Gang | None = None
+        if pod_ref is not None:
+            namespace, _, name = pod_ref.partition("/")
+            try:
+                pod = await raw(core.read_namespaced_pod(name, namespace, _preload_content=False))
+            except APINotFoundError:
+                raise CommandError(
+                    f"pod {namespace}/{name} not found; list the pods with "
+                    f"`kubectl get pods -n {namespace}`",
+                    EXIT_RUNTIME,
+                ) from None
+            pod = {**pod, "kind": "Pod"}
+            key = gang_of(pod)
+            if key:
+                gang = (key, await read_group(api_client, key))
+        elif group_ref is not None:
+            gang = await find_group(api_client, group_ref)
         nodes = await raw(core.list_node(_preload_content=False))
         pods = await raw(core.list_pod_for_all_namespaces(_preload_content=False))
     objects = [{**n, "kind": "Node"} for n in nodes["items"]]
     objects += [{**p, "kind": "Pod"} for p in pods["items"]]
-    return {**pod, "kind": "Pod"}, objects
+    return pod, objects, gang
 
 
 def _offline(pod_file: Path, cluster: Path | None) -> tuple[JsonObject, list[JsonObject]]:
@@ -246,28 +272,72 @@ def _offline(pod_file: Path, cluster: Path | None) -> tuple[JsonObject, list[Jso
         raise CommandError(str(error)) from None
 
 
+def _ref(flag: str, value: str) -> str:
+    if not all(value.partition("/")[::2]):
+        raise CommandError(f"{flag} must be NAMESPACE/NAME, got {value[:100]!r}")
+    return value
+
+
 def run_explain(args: argparse.Namespace) -> int:
     """The `explain` handler. Errors the user can fix raise `CommandError` (or the configuration's
-    `ConfigError`), which the CLI entry prints as one line."""
+    `ConfigError`), which the CLI entry prints as one line. A gang member (or `--pod-group`)
+    prints the plan of its whole gang (`scheduler.tools.explain_gang`)."""
     from scheduler.profile import default_framework
 
     settings = config_from_args(args, os.environ)
+    gang: Gang | None = None
+    pod_obj: JsonObject | None
+    given = [flag for flag in ("pod", "pod_file", "pod_group") if getattr(args, flag, None)]
+    if len(given) > 1:
+        flags = " and ".join("--" + g.replace("_", "-") for g in given)
+        raise CommandError(f"give one of --pod, --pod-file, --pod-group, not {flags}")
     if args.pod_file:
         pod_obj, objects = _offline(args.pod_file, args.cluster)
-    elif args.pod:
-        if not all(args.pod.partition("/")[::2]):
-            raise CommandError(f"--pod must be NAMESPACE/NAME, got {args.pod[:100]!r}")
+        key = gang_of(pod_obj)
+        if key:
+            objects = [o for o in objects if not _same_pod(o, pod_obj)] + [pod_obj]
+            gang = (key, group_from_dump(key, objects))
+    elif args.pod or args.pod_group:
+        if args.pod:
+            _ref("--pod", args.pod)
+        else:
+            _ref("--pod-group", args.pod_group)
         kubeconfig = settings.kubeconfig or kubeconfig_from_env(os.environ)
         check_kubeconfig(kubeconfig, os.environ)
-        pod_obj, objects = asyncio.run(_from_cluster(kubeconfig, args.pod))
+        pod_obj, objects, gang = asyncio.run(
+            _from_cluster(kubeconfig, args.pod or None, args.pod_group or None)
+        )
     else:
-        raise CommandError("give --pod NAMESPACE/NAME or --pod-file FILE --cluster DUMP")
-    rows = explain(pod_obj, objects, default_framework(settings))
+        raise CommandError(
+            "give --pod NAMESPACE/NAME, --pod-group NAMESPACE/NAME "
+            "or --pod-file FILE --cluster DUMP"
+        )
+    framework = default_framework(settings)
+    if gang is not None:
+        key, group_obj = gang
+        explanation = explain_gang(key, group_obj, objects, framework, settings.scheduler_name)
+        if args.output == "json":
+            print(json.dumps(explanation.as_json(), indent=2))
+        else:
+            print(render_gang(explanation))
+        return 0
+    assert pod_obj is not None
+    rows = explain(pod_obj, objects, framework)
     if args.output == "json":
         print(json.dumps(rows, indent=2))
     else:
         print(render_table(rows))
     return 0
+
+
+def _same_pod(obj: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether dump object `obj` is the Pod `pod` (same namespace and name)."""
+    if obj.get("kind") != "Pod":
+        return False
+    a, b = obj.get("metadata") or {}, pod.get("metadata") or {}
+    return bool(
+        a.get("name") == b.get("name") and a.get("namespace", "default") == b.get("namespace")
+    )
 
 
 def add_explain_parser(commands: Any) -> None:
@@ -277,9 +347,23 @@ def add_explain_parser(commands: Any) -> None:
         description="Every node's filter verdict and score breakdown for one pod, from the "
         "cluster (--pod) or offline from files (--pod-file with --cluster).",
     )
-    parser.add_argument("--pod", metavar="NAMESPACE/NAME", help="a pod in the cluster")
+    parser.add_argument(
+        "--pod",
+        metavar="NAMESPACE/NAME",
+        help="a pod in the cluster (a gang member: the plan of its whole gang)",
+    )
+    parser.add_argument(
+        "--pod-group",
+        metavar="NAMESPACE/NAME",
+        help="the plan of a gang: a PodGroup (scheduling.k8s.io/v1beta1, else "
+        "scheduling.x-k8s.io/v1alpha1) in the cluster",
+    )
     parser.add_argument("--pod-file", type=Path, help="a pod manifest (offline)")
-    parser.add_argument("--cluster", type=Path, help="kubectl get nodes,pods -A -o yaml output")
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        help="kubectl get nodes,pods -A -o yaml output (for a gang member: nodes,pods,podgroups)",
+    )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help="the daemon's YAML configuration (weights)"
