@@ -2,6 +2,11 @@
 
     gpu-scheduler simulate --nodes NODES --pods PODS [--policy P1,P2,...] [--demand 1.3]
         [--seed 0] [--sample] [--nvlink-domains COUNT=LAYOUT ...] [--config FILE] [-o json]
+    gpu-scheduler simulate --nodes NODES (--gangs GANGS.yaml | --random-gangs N) [--seed 0] ...
+
+With `--gangs` or `--random-gangs` the workload is gangs placed in time, all-or-nothing by
+gpu-scheduler against pod by pod; see `scheduler.tools.simulate_gangs`. The rest of this
+docstring is about `--pods`.
 
 NODES and PODS are openb CSV files (Alibaba cluster-trace-gpu-v2023) or native YAML; see
 `scheduler.tools.simulate_trace` for both formats. Policies are those of
@@ -74,6 +79,14 @@ from scheduler.cycle import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import CPU, GPU, MEMORY, NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.tools.simulate_gangs import (
+    DEFAULT_GANG_POLICIES,
+    GANG_POLICIES,
+    random_gangs,
+    read_gangs,
+    render_gang_table,
+    simulate_gangs,
+)
 from scheduler.tools.simulate_policies import NVLINK_AWARE, POLICIES
 from scheduler.tools.simulate_trace import (
     TraceError,
@@ -453,10 +466,41 @@ def render_table(run: Run) -> str:
     return "\n".join([*_describe(run), "", *table])
 
 
+def _workload_flag(args: argparse.Namespace) -> str:
+    """Which workload flag was given: "pods", "gangs" or "random_gangs" (ValueError unless one)."""
+    given = [name for name in ("pods", "gangs", "random_gangs") if getattr(args, name) is not None]
+    if len(given) != 1:
+        named = " and ".join("--" + g.replace("_", "-") for g in given) or "none"
+        raise ValueError(f"give one of --pods, --gangs, --random-gangs (got {named})")
+    return given[0]
+
+
+def _run_gangs(args: argparse.Namespace, policies: list[str]) -> int:
+    """`simulate --gangs` / `--random-gangs` (`scheduler.tools.simulate_gangs`)."""
+    settings = load_config(args.config, {}, {}) if args.config else SchedulerConfig()
+    layouts = parse_domain_overrides(args.nvlink_domains or [])
+    nodes = build_nodes(read_nodes(args.nodes), layouts)
+    if args.gangs is not None:
+        gangs, source = read_gangs(args.gangs), str(args.gangs)
+    else:
+        gangs = random_gangs(args.random_gangs, args.seed, nodes, args.gang_topology_key or "")
+        source = f"--random-gangs {args.random_gangs} --seed {args.seed}"
+    results = simulate_gangs(nodes, gangs, policies, seed=args.seed, settings=settings)
+    if args.output == "json":
+        print(json.dumps([r.as_json() for r in results], indent=2))
+    else:
+        print(render_gang_table(args.nodes, source, gangs, results))
+    return 0
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     """The `simulate` subcommand: 0 on success, 2 on bad input."""
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     try:
+        mode = _workload_flag(args)
+        default = DEFAULT_GANG_POLICIES if mode != "pods" else tuple(POLICIES)
+        policies = [p.strip() for p in (args.policy or ",".join(default)).split(",") if p.strip()]
+        if mode != "pods":
+            return _run_gangs(args, policies)
         settings = load_config(args.config, {}, {}) if args.config else SchedulerConfig()
         layouts = parse_domain_overrides(args.nvlink_domains or [])
         node_list = read_nodes(args.nodes)
@@ -493,13 +537,28 @@ def add_simulate_parser(commands: Any) -> None:
     parser.add_argument(
         "--nodes", type=Path, required=True, help="node list: openb CSV or YAML with `nodes:`"
     )
+    parser.add_argument("--pods", type=Path, help="pod list: openb CSV or YAML with `pods:`")
     parser.add_argument(
-        "--pods", type=Path, required=True, help="pod list: openb CSV or YAML with `pods:`"
+        "--gangs",
+        type=Path,
+        help="instead of --pods: gangs in time, YAML with `gangs:` (see simulate_gangs)",
+    )
+    parser.add_argument(
+        "--random-gangs",
+        type=int,
+        metavar="N",
+        help="instead of --pods: N gangs drawn with --seed (2-16 members of 1-8 GPUs)",
+    )
+    parser.add_argument(
+        "--gang-topology-key",
+        metavar="LABEL",
+        help="with --random-gangs: a third of the gangs must stay on one value of this node label",
     )
     parser.add_argument(
         "--policy",
-        default=",".join(POLICIES),
-        help=f"comma-separated policies to compare (default: {','.join(POLICIES)})",
+        default=None,
+        help=f"comma-separated policies to compare (default: {','.join(POLICIES)}; with gangs: "
+        f"{','.join(DEFAULT_GANG_POLICIES)}, known: {','.join(GANG_POLICIES)})",
     )
     parser.add_argument(
         "--demand",

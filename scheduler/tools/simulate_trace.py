@@ -24,6 +24,7 @@ Native YAML (one file may hold both lists; `--nodes` reads `nodes`, `--pods` rea
         gpus: 8
         gpu_product: NVIDIA-H100-80GB-HBM3
         nvlink_domains: 0-3,4-7 # optional; default by GPU count (see topology.domains)
+        labels: {rack: r1}      # optional: more node labels (gang topology keys)
     pods:
       - name: train-0
         cpu: "16"
@@ -83,6 +84,8 @@ class TraceNode:
     gpus: int
     gpu_product: str
     nvlink_domains: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    """Node labels beyond the hostname and GPU product (e.g. a rack, for gang topology keys)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ def node_object(node: TraceNode, layouts: Mapping[int, str]) -> dict[str, Any]:
         "pods": str(MAX_PODS_PER_NODE),
         GPU_RESOURCE: str(node.gpus),
     }
-    labels = {HOSTNAME_LABEL: node.name}
+    labels = {**dict(node.labels), HOSTNAME_LABEL: node.name}
     if node.gpu_product:
         labels[GPU_PRODUCT_LABEL] = node.gpu_product
     annotations = {}
@@ -255,7 +258,9 @@ def read_pods_csv(path: Path) -> list[TracePod]:
 # -- YAML --------------------------------------------------------------------------------------
 
 
-def _yaml_entries(path: Path, key: str) -> list[tuple[str, Mapping[str, Any]]]:
+def yaml_entries(path: Path, key: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where, entry) of each mapping in the list under `key` of the YAML file `path`; `where`
+    names the file and the entry, for error messages. `TraceError` for anything else."""
     try:
         document = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
@@ -273,15 +278,17 @@ def _yaml_entries(path: Path, key: str) -> list[tuple[str, Mapping[str, Any]]]:
     return entries
 
 
-def _yaml_text(entry: Mapping[str, Any], field: str, where: str, default: str | None = None) -> str:
+def yaml_text(entry: Mapping[str, Any], field: str, where: str, default: str | None = None) -> str:
+    """`entry[field]` as a stripped string (a string or number; `default` when absent)."""
     value = entry.get(field, default)
     if value is None or isinstance(value, bool | list | dict):
         raise TraceError(f"{where}: {field} is required (a string or number)")
     return str(value).strip()
 
 
-def _yaml_quantity(entry: Mapping[str, Any], field: str, where: str) -> str:
-    text = _yaml_text(entry, field, where)
+def yaml_quantity(entry: Mapping[str, Any], field: str, where: str) -> str:
+    """`entry[field]` as a non-negative Kubernetes quantity (cores for `cpu`, else bytes)."""
+    text = yaml_text(entry, field, where)
     try:
         amount = cpu_millis(text) if field == "cpu" else base_units(text)
     except QuantityError as error:
@@ -291,7 +298,8 @@ def _yaml_quantity(entry: Mapping[str, Any], field: str, where: str) -> str:
     return text
 
 
-def _yaml_count(entry: Mapping[str, Any], field: str, where: str) -> int:
+def yaml_count(entry: Mapping[str, Any], field: str, where: str) -> int:
+    """`entry[field]` as a non-negative integer (0 when absent)."""
     value = entry.get(field, 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise TraceError(f"{where}: {field} must be a non-negative integer, got {quote(value)}")
@@ -301,22 +309,28 @@ def _yaml_count(entry: Mapping[str, Any], field: str, where: str) -> int:
 def read_nodes_yaml(path: Path) -> list[TraceNode]:
     """Nodes listed under `nodes:` (see the module docstring for the fields)."""
     nodes = []
-    for where, entry in _yaml_entries(path, "nodes"):
-        gpus = _yaml_count(entry, "gpus", where)
+    for where, entry in yaml_entries(path, "nodes"):
+        gpus = yaml_count(entry, "gpus", where)
         layout = entry.get("nvlink_domains")
         if layout is not None:
             try:
                 parse_domains(str(layout), gpus)
             except TopologyError as error:
                 raise TraceError(f"{where}: nvlink_domains: {error}") from error
+        labels = entry.get("labels", {})
+        if not isinstance(labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise TraceError(f"{where}: labels must be a mapping of strings to strings")
         nodes.append(
             TraceNode(
-                name=_yaml_text(entry, "name", where),
-                cpu=_yaml_quantity(entry, "cpu", where),
-                memory=_yaml_quantity(entry, "memory", where),
+                name=yaml_text(entry, "name", where),
+                cpu=yaml_quantity(entry, "cpu", where),
+                memory=yaml_quantity(entry, "memory", where),
                 gpus=gpus,
-                gpu_product=_yaml_text(entry, "gpu_product", where, default=""),
+                gpu_product=yaml_text(entry, "gpu_product", where, default=""),
                 nvlink_domains=None if layout is None else str(layout),
+                labels=tuple(sorted(labels.items())),
             )
         )
     return nodes
@@ -325,16 +339,16 @@ def read_nodes_yaml(path: Path) -> list[TraceNode]:
 def read_pods_yaml(path: Path) -> list[TracePod]:
     """Pods listed under `pods:` (whole GPUs only; see the module docstring for the fields)."""
     pods = []
-    for where, entry in _yaml_entries(path, "pods"):
+    for where, entry in yaml_entries(path, "pods"):
         products = entry.get("gpu_products", [])
         if not isinstance(products, list) or not all(isinstance(p, str) for p in products):
             raise TraceError(f"{where}: gpu_products must be a list of strings")
         pods.append(
             TracePod(
-                name=_yaml_text(entry, "name", where),
-                cpu=_yaml_quantity(entry, "cpu", where),
-                memory=_yaml_quantity(entry, "memory", where),
-                gpus=_yaml_count(entry, "gpus", where),
+                name=yaml_text(entry, "name", where),
+                cpu=yaml_quantity(entry, "cpu", where),
+                memory=yaml_quantity(entry, "memory", where),
+                gpus=yaml_count(entry, "gpus", where),
                 gpu_products=tuple(products),
             )
         )
