@@ -10,7 +10,11 @@ Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
    pod that fits nowhere else (manifests/examples/reclaim/), and the events are printed;
 3. busy-time: after at least one more accounting period (`ACCOUNTING_PERIOD_S`), the busy share of
    measured GPU time per namespace, read from the daemon's /metrics, and the table of
-   `gpu-scheduler idle-report` (pods idle over the last `ACCOUNTING_IDLE_WINDOW_S` s).
+   `gpu-scheduler idle-report` (pods idle over the last `ACCOUNTING_IDLE_WINDOW_S` s);
+4. gang: a 4 x 8-GPU PodGroup gang (scheduling.k8s.io/v1beta1, minCount 4) on four 8-GPU nodes
+   of its own (`GANG_NODE`, added by the step), one of them held by another pod: the gang waits
+   with nothing bound although 3 members would fit (`gpu-scheduler explain --pod-group` shows
+   the plan), then binds all 4 members once that pod is deleted.
 
 Then the command lines to try next (explain, kubectl), with paths relative to the repository when
 they are inside it. The scheduler runs as `gpu-scheduler run` with reclaim enforced against the
@@ -21,7 +25,8 @@ NODES.yaml, when given, is a list of node specs (fields of `hack.localcluster.No
     - {type_name: G2-Expansion, count: 4, gpus: 8, nvlink_domains: "0-3,4-7",
        gpu_product: NVIDIA-H200}
 
-The reclaim step adds one node of its own (`RECLAIM_NODE`, tainted so nothing else lands on it).
+The reclaim step adds one node of its own (`RECLAIM_NODE`, tainted so nothing else lands on it),
+the gang step four (`GANG_NODE`, likewise) when it starts.
 An error before the cluster is up (a missing NODES.yaml, a bad spec) or a component that does not
 start ends the demo with one line on stderr, exit 2 or 1, as the `gpu-scheduler` command does.
 """
@@ -81,6 +86,24 @@ RECLAIM_NODE = NodeSpec(
     taints=({"key": RECLAIM_LABEL, "value": "reclaim", "effect": "NoSchedule"},),
 )
 """The reclaim step's node: the notebook's two GPUs are all it has."""
+GANG_NODE = NodeSpec(
+    "Demo-Gang",
+    4,
+    gpus=8,
+    nvlink_domains="0-3,4-7",
+    gpu_product="NVIDIA-H200",
+    cpu="96",
+    memory="1Ti",
+    labels={RECLAIM_LABEL: "gang"},
+    taints=({"key": RECLAIM_LABEL, "value": "gang", "effect": "NoSchedule"},),
+)
+"""The gang step's nodes: one per member of the gang."""
+GANG = "gang-ddp"
+GANG_MEMBERS = 4
+GANG_MEMBER_GPUS = 8
+GANG_BLOCKER = "gang-blocker"
+GANG_TIMEOUT_SECONDS = 60.0
+"""How long the gang step waits for each of its stages (blocker bound, gang refused, gang bound)."""
 IDLE_WINDOW_S = 10
 """resource-idle-seconds of the demo-notebooks PriorityClass (manifests/examples/reclaim)."""
 SETTLE_TIMEOUT_SECONDS = 60.0
@@ -474,6 +497,159 @@ def busy_time(demo: Demo) -> None:
     say()
 
 
+def _gang_pod(name: str, group: str | None) -> dict[str, Any]:
+    """A pod of `GANG_MEMBER_GPUS` GPUs for the gang nodes (a member of `group`, if given)."""
+    spec: dict[str, Any] = {
+        "schedulerName": "gpu-scheduler",
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {RECLAIM_LABEL: "gang"},
+        "tolerations": [
+            {"key": RECLAIM_LABEL, "operator": "Equal", "value": "gang", "effect": "NoSchedule"}
+        ],
+        "containers": [
+            {
+                "name": "worker",
+                "image": "example.invalid/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": str(GANG_MEMBER_GPUS)}},
+            }
+        ],
+    }
+    if group is not None:
+        spec["schedulingGroup"] = {"podGroupName": group}
+    labels = {RECLAIM_LABEL: group or "blocker"}
+    metadata = {"name": name, "namespace": NAMESPACE, "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def gang_manifests() -> list[dict[str, Any]]:
+    """The PodGroup `GANG` (gang, minCount `GANG_MEMBERS`) and its member pods."""
+    group = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": GANG, "namespace": NAMESPACE},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": GANG_MEMBERS}}},
+    }
+    return [group, *(_gang_pod(f"{GANG}-{i}", GANG) for i in range(GANG_MEMBERS))]
+
+
+def _apply(demo: Demo, name: str, objects: list[dict[str, Any]]) -> None:
+    """Write `objects` to `name` in the demo's folder and `kubectl apply` it; print the output."""
+    path = demo.cluster.work_dir / name
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    say(demo.cluster.kubectl("apply", "-f", str(path)).stdout.rstrip())
+
+
+def gang_condition(cluster: LocalCluster) -> tuple[str, str, str] | None:
+    """(status, reason, message) of the gang's PodGroupInitiallyScheduled condition, if set."""
+    result = cluster.kubectl(
+        "get",
+        "podgroups.v1beta1.scheduling.k8s.io",
+        GANG,
+        "-n",
+        NAMESPACE,
+        "-o",
+        "json",
+        check=False,
+    )
+    try:
+        conditions = (json.loads(result.stdout).get("status") or {}).get("conditions") or []
+    except ValueError:
+        return None
+    for condition in conditions:
+        if condition.get("type") == "PodGroupInitiallyScheduled":
+            return (
+                str(condition.get("status")),
+                str(condition.get("reason")),
+                str(condition.get("message")),
+            )
+    return None
+
+
+def gang_bound(cluster: LocalCluster) -> list[str]:
+    """Names of the gang's members bound to a node."""
+    pods = pods_of(cluster, NAMESPACE)
+    return sorted(
+        name
+        for name, pod in pods.items()
+        if name.startswith(f"{GANG}-") and (pod.get("spec") or {}).get("nodeName")
+    )
+
+
+def explain_gang_command(demo: Demo) -> list[str]:
+    """`gpu-scheduler explain --pod-group` of the demo's gang, as it is printed."""
+    kubeconfig = shown(demo.cluster.kubeconfig)
+    return [command_path(), "explain", "--pod-group", f"{NAMESPACE}/{GANG}", "--kubeconfig",
+            kubeconfig]  # fmt: skip
+
+
+def gang(demo: Demo) -> None:
+    cluster = demo.cluster
+    names = asyncio.run(add_nodes(cluster.kubeconfig, [GANG_NODE]))
+    say(f"added {len(names)} nodes of {GANG_NODE.gpus} GPUs for this step: {', '.join(names)}")
+    _apply(demo, "gang-blocker.yaml", [_gang_pod(GANG_BLOCKER, None)])
+
+    def blocker_node() -> str:
+        pod = pods_of(cluster, NAMESPACE).get(GANG_BLOCKER, {})
+        return str((pod.get("spec") or {}).get("nodeName") or "")
+
+    if not poll(lambda: demo.stop() or bool(blocker_node()), GANG_TIMEOUT_SECONDS):
+        say(f"gang: {GANG_BLOCKER} was not bound in {GANG_TIMEOUT_SECONDS:.0f} s; see "
+            f"gpu-scheduler.log in {cluster.log_dir}")  # fmt: skip
+        return
+    if demo.stop():
+        return
+    free = (len(names) - 1) * GANG_NODE.gpus
+    say(f"{GANG_BLOCKER} holds all {GANG_NODE.gpus} GPUs of {blocker_node()}; {free} GPUs are "
+        f"free for a gang of {GANG_MEMBERS} x {GANG_MEMBER_GPUS} GPUs:")  # fmt: skip
+    _apply(demo, "gang.yaml", gang_manifests())
+    refused = poll(
+        lambda: demo.stop() or (gang_condition(cluster) or ("",))[0] == "False",
+        GANG_TIMEOUT_SECONDS,
+    )
+    if demo.stop():
+        return
+    condition = gang_condition(cluster)
+    bound = gang_bound(cluster)
+    if not refused or condition is None:
+        say(f"gang: no verdict on {GANG} in {GANG_TIMEOUT_SECONDS:.0f} s; see gpu-scheduler.log "
+            f"in {cluster.log_dir}")  # fmt: skip
+        return
+    say(f"gang: {len(bound)} of {GANG_MEMBERS} members bound, all wait although "
+        f"{free // GANG_MEMBER_GPUS} would fit; PodGroup {GANG}: PodGroupInitiallyScheduled="
+        f"{condition[0]} {condition[1]}: {condition[2]}")  # fmt: skip
+    command = explain_gang_command(demo)
+    say(f"$ {' '.join(command)}")
+    argv = [sys.executable, "-m", "scheduler.cli", *command[1:]]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(
+        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    say((result.stdout or result.stderr).rstrip())
+    say(f"deleting {GANG_BLOCKER} frees {GANG_NODE.gpus} GPUs:")
+    say(cluster.kubectl("delete", "pod", GANG_BLOCKER, "-n", NAMESPACE, "--wait=false")
+        .stdout.rstrip())  # fmt: skip
+    done = poll(
+        lambda: demo.stop() or len(gang_bound(cluster)) == GANG_MEMBERS, GANG_TIMEOUT_SECONDS
+    )
+    if demo.stop():
+        return
+    if not done:
+        count = len(gang_bound(cluster))
+        say(f"gang: {count} of {GANG_MEMBERS} members bound after {GANG_TIMEOUT_SECONDS:.0f} s; "
+            f"see gpu-scheduler.log in {cluster.log_dir}")  # fmt: skip
+        return
+    selector = f"{RECLAIM_LABEL}={GANG}"
+    table = cluster.kubectl(
+        "get", "pods", "-n", NAMESPACE, "-l", selector, "-o", f"custom-columns={COLUMNS}"
+    )
+    say(table.stdout.rstrip())
+    poll(lambda: demo.stop() or (gang_condition(cluster) or ("",))[0] == "True", 10.0)
+    status, reason, message = gang_condition(cluster) or ("?", "?", "?")
+    say(f"gang: all {GANG_MEMBERS} members of {GANG} bound, one per node; PodGroup {GANG}: "
+        f"PodGroupInitiallyScheduled={status} {reason}: {message}")  # fmt: skip
+    say()
+
+
 STEPS: tuple[Step, ...] = (
     Step(
         "placement",
@@ -494,6 +670,13 @@ STEPS: tuple[Step, ...] = (
         f"at most {ACCOUNTING_PERIOD_S * BUSY_TIME_PERIODS} s), then `gpu-scheduler idle-report`",
         busy_time,
     ),
+    Step(
+        "gang",
+        f"a gang of {GANG_MEMBERS} x {GANG_MEMBER_GPUS} GPUs (PodGroup {GANG}, minCount "
+        f"{GANG_MEMBERS}) starts all at once or not at all: while another pod holds one of its "
+        "four nodes nothing is bound; once that pod goes, all members bind together",
+        gang,
+    ),
     # Further steps go here, in the order they are shown, each a Step(name, one line, function).
 )
 
@@ -506,6 +689,7 @@ def next_commands(demo: Demo) -> str:
         [
             "try next, from the repository root in a second terminal:",
             f"  {tool} explain --pod {NAMESPACE}/too-big --kubeconfig {kubeconfig}",
+            f"  {tool} explain --pod-group {NAMESPACE}/{GANG} --kubeconfig {kubeconfig}",
             f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get events -n {NAMESPACE}",
             f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get nodes "
             "-o custom-columns=NAME:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"

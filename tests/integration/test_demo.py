@@ -1,4 +1,4 @@
-"""`make demo` brings up the cluster, walks through its steps (placement, reclaim, busy-time),
+"""`make demo` brings up the cluster, walks through its steps (placement, reclaim, busy-time, gang),
 prints command lines that work as printed, and stops cleanly."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from hack.demo import DEFAULT_WORK_DIR, NAMESPACE, READY_LINE, STEPS
+from hack.demo import DEFAULT_WORK_DIR, GANG, GANG_MEMBERS, NAMESPACE, READY_LINE, STEPS
 from hack.localcluster.cluster import REPO_ROOT
 from tests.docs import DEMO_DIR, operations_commands
 
@@ -82,6 +82,36 @@ def check_busy_time(lines: list[str]) -> None:
     assert (NAMESPACE, "ddp-4") not in rows, report
 
 
+def check_gang(lines: list[str]) -> None:
+    """The gang waits with nothing bound while one of its nodes is held (the PodGroup and
+    `explain --pod-group` say why), then all members bind, one per gang node."""
+    section = after(lines, "step 4, gang: ")
+    waiting = next(line for line in section if line.startswith("gang: "))
+    assert waiting.startswith(
+        f"gang: 0 of {GANG_MEMBERS} members bound, all wait although 3 would fit; "
+        f"PodGroup {GANG}: PodGroupInitiallyScheduled=False Unschedulable: "
+        f"gang {GANG}: only 3 of minCount {GANG_MEMBERS} members fit: "
+    ), waiting
+    plan = after(section, "$ ")
+    command = next(line for line in section if line.startswith("$ "))
+    assert f" explain --pod-group {NAMESPACE}/{GANG} --kubeconfig " in command
+    assert plan[0] == f"PodGroup {NAMESPACE}/{GANG} (scheduling.k8s.io/v1beta1): minCount 4"
+    assert plan[1] == waiting.split(": ", 3)[3], plan  # the daemon's verdict, word for word
+    members = {row.split()[0]: row.split() for row in plan[3:8] if row.split()}
+    assert members.keys() == {"MEMBER", *(f"{GANG}-{i}" for i in range(GANG_MEMBERS))}
+    assert all(row[1] == "unplaced" for name, row in members.items() if name != "MEMBER")
+    table = after(section, "deleting gang-blocker frees 8 GPUs:")
+    rows = {line.split()[0]: line.split() for line in table if line.startswith(f"{GANG}-")}
+    assert sorted(rows) == [f"{GANG}-{i}" for i in range(GANG_MEMBERS)], table
+    assert sorted(row[1] for row in rows.values()) == [f"demo-gang-{i}" for i in range(4)]
+    assert {row[2] for row in rows.values()} == {"0,1,2,3,4,5,6,7"}
+    done = next(line for line in table if line.startswith("gang: "))
+    assert done == (
+        f"gang: all {GANG_MEMBERS} members of {GANG} bound, one per node; PodGroup {GANG}: "
+        "PodGroupInitiallyScheduled=True Scheduled: 4 of minCount 4 members bound"
+    ), done
+
+
 def printed_commands(lines: list[str]) -> list[str]:
     section = after(lines, "try next, from the repository root")
     return [line.strip() for line in section[: section.index("")]]
@@ -112,6 +142,11 @@ def check_commands(lines: list[str], work_dir: Path) -> None:
         "gpu-scheduler explain: pod demo/missing not found; "
         "list the pods with `kubectl get pods -n demo`"
     ]
+    plan = run_printed(
+        next(c for c in commands if f" explain --pod-group {NAMESPACE}/{GANG} " in c)
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.splitlines()[1].startswith(f"gang {GANG} fits: 0 member(s) placed, 4 bound")
     events = run_printed(next(c for c in commands if " get events " in c))
     assert events.returncode == 0 and "Reclaimed" in events.stdout
 
@@ -157,6 +192,7 @@ def test_demo_walks_through_its_steps_and_stops_on_ctrl_c(tmp_path: Path) -> Non
         check_placement(lines)
         check_reclaim(lines)
         check_busy_time(lines)
+        check_gang(lines)
         check_commands(lines, work_dir)
         check_operations_doc(lines, work_dir)
         demo.send_signal(signal.SIGINT)
