@@ -334,7 +334,9 @@ def _same_pod(obj: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     """Whether dump object `obj` is the Pod `pod` (same namespace and name)."""
     if obj.get("kind") != "Pod":
         return False
-    a, b = obj.get("metadata") or {}, pod.get("metadata") or {}
+    a, b = obj.get("metadata"), pod.get("metadata")
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return False
     return bool(
         a.get("name") == b.get("name") and a.get("namespace", "default") == b.get("namespace")
     )

@@ -334,7 +334,9 @@ def group_from_dump(key: str, objects: Iterable[Mapping[str, Any]]) -> JsonObjec
     namespace, name = key.partition("/")[0], group_name(key)
     wanted = COSCHEDULING if key.partition("/")[2].startswith(COSCHEDULING_PREFIX) else V1BETA1
     for obj in objects:
-        metadata = obj.get("metadata") or {}
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, Mapping):
+            continue
         api_group = str(obj.get("apiVersion") or "").partition("/")[0]
         if (
             obj.get("kind") == "PodGroup"

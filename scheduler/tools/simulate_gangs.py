@@ -64,7 +64,7 @@ from scheduler.tools.simulate_trace import (
     yaml_quantity,
     yaml_text,
 )
-from topology.text import quote
+from topology.text import clip, quote
 
 JsonObject = dict[str, Any]
 
@@ -75,6 +75,8 @@ DEFAULT_GANG_POLICIES = (GPU_SCHEDULER, POD_BY_POD)
 MAX_COUNT = 10_000
 """Largest `count` of one gang entry, and of `--random-gangs`."""
 MAX_MEMBERS = 1_000
+MAX_TOTAL_MEMBERS = 200_000
+"""Largest number of member pods in one workload (all gangs, all copies)."""
 MAX_SECONDS = 10**9
 MULTI_GPU = 2
 
@@ -139,6 +141,7 @@ def read_gangs(path: Path) -> list[TraceGang]:
         memory: 64Gi         # optional, per member (default 1Gi)
     """
     gangs: list[TraceGang] = []
+    total = 0
     try:
         entries = yaml_entries(path, "gangs")
     except OSError as error:
@@ -153,6 +156,11 @@ def read_gangs(path: Path) -> list[TraceGang]:
         key = entry.get("topology_key", "")
         if not isinstance(key, str):
             raise TraceError(f"{where}: topology_key must be a label key, got {quote(key)}")
+        total += members * count
+        if total > MAX_TOTAL_MEMBERS:
+            raise TraceError(
+                f"{where}: more than {MAX_TOTAL_MEMBERS} member pods in all (members x count)"
+            )
         for copy in range(count):
             gangs.append(
                 TraceGang(
@@ -220,7 +228,7 @@ def member_pods(gang: TraceGang) -> list[PodInfo]:
         info = parse_pod(obj)
         if info.errors:
             problems = "; ".join(str(e) for e in info.errors)
-            raise TraceError(f"gang {gang.name}: {problems}")
+            raise TraceError(f"gang {clip(gang.name)}: {clip(problems, 400)}")
         pods.append(info)
     return pods
 

@@ -168,6 +168,19 @@ def test_offline_member_without_its_pod_group_in_the_dump(
     assert out[1] == "waiting for PodGroup pg: it does not exist"
 
 
+def test_malformed_objects_in_the_dump_are_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": ["pg"]}
+    odd_pod = {"kind": "Pod", "metadata": "w0"}
+    cluster = _dump(tmp_path, [make_node("n0", gpus=8), broken, odd_pod, member("w0")])
+    pod = tmp_path / "w0.yaml"
+    pod.write_text(yaml.safe_dump(member("w0")))
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "waiting for PodGroup pg: it does not exist"
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

@@ -175,6 +175,8 @@ def test_read_gangs_copies_and_defaults(tmp_path: Path) -> None:
             "gang 'a-1' is listed twice",
         ),
         ("{name: a, members: 1, gpus: 1, duration: 1, topology_key: [x]}", "topology_key must"),
+        ("{name: a, members: 1000, gpus: 1, duration: 1, count: 201}", "more than 200000 member"),
+        ("{name: a, members: 1, gpus: 1, duration: .nan}", "duration must be between 0 and"),
     ],
 )
 def test_bad_gang_entries_name_the_entry_and_field(
