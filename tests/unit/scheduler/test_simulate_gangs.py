@@ -4,10 +4,14 @@ clusters with known answers; the gang input and the generator; the command."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scheduler.cli import main
 from scheduler.objects import NodeInfo
@@ -21,6 +25,7 @@ from scheduler.tools.simulate_gangs import (
     simulate_gangs,
 )
 from scheduler.tools.simulate_trace import TraceError, TraceNode, read_nodes
+from tests.fuzzing import FUZZ, bounded, json_values
 
 GPU_SCHEDULER = "gpu-scheduler"
 
@@ -241,3 +246,49 @@ def test_bad_gang_flags_are_one_line(
     assert main(["simulate", "--nodes", str(node_file), *extra]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("gpu-scheduler simulate: ") and expected in line, line
+
+
+# -- fuzzing -----------------------------------------------------------------------------------
+
+gang_entries = st.dictionaries(
+    st.sampled_from(
+        [
+            "name",
+            "members",
+            "gpus",
+            "min_count",
+            "duration",
+            "arrival",
+            "count",
+            "every",
+            "topology_key",
+            "cpu",
+            "memory",
+        ]
+    ),
+    st.one_of(st.integers(-3, 50), json_values(huge_ints=False, max_repeat=100)),
+    max_size=11,
+)
+node_entries = st.fixed_dictionaries(
+    {"name": st.just("n0"), "cpu": st.just("8"), "memory": st.just("8Gi"), "gpus": st.just(8)},
+    optional={"labels": json_values(huge_ints=False, max_repeat=100)},
+)
+
+
+@FUZZ
+@given(st.lists(gang_entries, max_size=3), node_entries)
+def test_fuzz_gang_and_node_yaml(entries: list[dict[str, Any]], node: dict[str, Any]) -> None:
+    """Only `TraceError` escapes, with a bounded message; what reads back runs in the simulator."""
+    with tempfile.TemporaryDirectory() as folder:
+        gangs_path, nodes_path = Path(folder) / "gangs.yaml", Path(folder) / "nodes.yaml"
+        gangs_path.write_text(yaml.safe_dump({"gangs": entries}, allow_unicode=True))
+        nodes_path.write_text(yaml.safe_dump({"nodes": [node]}, allow_unicode=True))
+        try:
+            cluster = build_nodes(read_nodes(nodes_path), {})
+            gangs = read_gangs(gangs_path)
+        except TraceError as error:
+            assert bounded(error), len(str(error))
+            return
+        small = [g for g in gangs if g.members <= 50][:3]
+        results = simulate_gangs(cluster, small, [GPU_SCHEDULER, POD_BY_POD])
+        assert all(r.as_json()["partial_gpu_seconds"] >= 0 for r in results)
