@@ -552,7 +552,8 @@ def add_simulate_parser(commands: Any) -> None:
     parser.add_argument(
         "--gang-topology-key",
         metavar="LABEL",
-        help="with --random-gangs: a third of the gangs must stay on one value of this node label",
+        help="with --random-gangs: each gang, with probability 1/3, must stay on one value of "
+        "this node label",
     )
     parser.add_argument(
         "--policy",

@@ -188,7 +188,8 @@ def random_gangs(
     """`count` gangs drawn by a generator seeded with `seed`: `RANDOM_MEMBERS` members of
     `RANDOM_GPUS` GPUs (sizes larger than the largest node left out; members cut so the gang
     fits the empty cluster's GPUs), all members as minCount, run times in `RANDOM_DURATION_S`,
-    exponential arrival gaps of mean `RANDOM_INTERVAL_S`; a third get `topology_key` if given."""
+    exponential arrival gaps of mean `RANDOM_INTERVAL_S`; each gets `topology_key` (if given)
+    with probability `RANDOM_TOPOLOGY_SHARE`."""
     if not 0 < count <= MAX_COUNT:
         raise TraceError(f"--random-gangs must be between 1 and {MAX_COUNT}, got {count}")
     largest = max((int(n.allocatable[GPU]) for n in nodes), default=0)
