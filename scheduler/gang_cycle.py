@@ -83,8 +83,13 @@ class GangRequest:
 
     @property
     def priority(self) -> int:
-        """The priority the gang preempts with (`scheduler.gang_victims.gang_priority`)."""
-        return gang_priority(self.group.priority, (m.priority for m in self.members))
+        """The priority the gang preempts with (`scheduler.gang_victims.gang_priority`): the
+        PodGroup's `spec.priority` when it comes from a `priorityClassName` or is not 0; the
+        admission controller writes 0 into a PodGroup without a class, which here means unset,
+        so the members' lowest priority counts."""
+        group = self.group
+        explicit = group.priority if group.priority_class or group.priority else None
+        return gang_priority(explicit, (m.priority for m in self.members))
 
 
 @dataclass(frozen=True)

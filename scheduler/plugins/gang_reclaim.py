@@ -8,9 +8,9 @@ One attempt per gang, never two within the reclaim `cooldownSeconds`:
    gang's priority reclaim them (`reclaim.policy.victim_eligibility`), measured idle through
    Prometheus (`Reclaimer._measure`, fail-safe: unmeasured is not idle).
 3. When that makes no room: priority preemption, the pods of strictly lower priority than the
-   gang. The gang's priority is its PodGroup's `spec.priority`, else its lowest member's
-   (`scheduler.gang_victims.gang_priority`). A member with `preemptionPolicy: Never` keeps the
-   gang from preempting.
+   gang. The gang's priority is its PodGroup's `spec.priority` (when set from a PriorityClass
+   or not 0), else its lowest member's (`scheduler.gang_cycle.GangRequest.priority`). A member
+   with `preemptionPolicy: Never` keeps the gang from preempting.
 4. Victims are weighed with their own gangs (`scheduler.gang_victims.victim_units`): a victim
    gang with disruptionMode all, or one that would drop below its minCount, is one unit of all
    its members, taken only if every member is eligible for the step.

@@ -140,3 +140,18 @@ def test_select_victims_removes_a_gang_candidate_with_all_its_members() -> None:
     assert [c.key for c in chosen.victims] == ["gang:ns/g"]
     assert chosen.pods == {"ns/g0", "ns/g1"}
     assert seen[0] == {"ns/g0", "ns/g1", "ns/x"}
+
+
+def test_a_pod_group_without_a_class_preempts_with_its_members_priority() -> None:
+    from scheduler.gang_cycle import GangRequest
+    from scheduler.gangs import parse_pod_group
+    from scheduler.objects import parse_pod
+    from tests.unit.scheduler.test_gangs import member, pod_group
+
+    members = tuple(parse_pod(member(f"w{i}", priority=p)) for i, p in enumerate((500, 700)))
+    defaulted = pod_group()
+    defaulted["spec"]["priority"] = 0  # what admission writes without a priorityClassName
+    assert GangRequest(parse_pod_group(defaulted), members, 2).priority == 500
+    classed = pod_group()
+    classed["spec"].update(priorityClassName="high", priority=9000)
+    assert GangRequest(parse_pod_group(classed), members, 2).priority == 9000
