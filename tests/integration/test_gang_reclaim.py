@@ -5,12 +5,17 @@ not at all."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import client
 
-from hack.localcluster import LocalCluster
+from hack.localcluster import G2, LocalCluster
+from tests.integration.test_deployment_rbac import _rbac_documents, _token_kubeconfig
 from tests.integration.test_gangs import condition_is, member
 from tests.integration.test_reclaim import (  # noqa: F401  (the classes fixture)
     H200_PAIR,
@@ -22,7 +27,14 @@ from tests.integration.test_reclaim import (  # noqa: F401  (the classes fixture
     samples_for,
 )
 from tests.kube import bind, eventually, gpu_pod, pod_gone, pod_phase
-from tests.scheduling import TEST_LABEL, isolated, make_nodes, running_daemon, wait_bound
+from tests.scheduling import (
+    TEST_LABEL,
+    isolated,
+    make_nodes,
+    running_daemon,
+    settings_for,
+    wait_bound,
+)
 
 GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
 
@@ -226,3 +238,42 @@ async def test_a_victim_gang_with_a_busy_member_is_not_touched(
         assert daemon.reclaimer.stats.evictions == {}
         assert await still_there(core_api, namespace, ["old0", "old1"]) == ["old0", "old1"]
         assert await condition_of(api_client, namespace, "old", "DisruptionTarget") is None
+
+
+async def test_bindings_refused_by_the_api_server_set_scheduler_error(
+    cluster: LocalCluster,
+    core_api: client.CoreV1Api,
+    api_client: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The scheduler runs with the manifests' RBAC minus pods/binding: every Binding is refused
+    (403), so the gang's PodGroup says SchedulerError with the API server's words."""
+    assert cluster.binaries is not None
+    documents = _rbac_documents(namespace)
+    for document in documents:
+        for rule in document.get("rules") or ():  # type: ignore[attr-defined]
+            rule["resources"] = [r for r in rule["resources"] if r != "pods/binding"]
+    await asyncio.to_thread(
+        subprocess.run,
+        [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
+        input=yaml.safe_dump_all(documents),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    token = await core_api.create_namespaced_service_account_token(
+        "gpu-scheduler", namespace, {"spec": {"expirationSeconds": 3600}}
+    )
+    kubeconfig = _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
+    await make_nodes(core_api, [isolated(G2, namespace)])  # 4 GPUs: the gang fits
+    await create_group(api_client, namespace, "pg", 2)
+    for name in ("w0", "w1"):
+        await core_api.create_namespaced_pod(namespace, member(namespace, name, 1))
+    settings = settings_for(namespace, binding={"timeoutSeconds": 2})
+    async with running_daemon(cluster, settings, kubeconfig) as daemon:
+        condition = await condition_is(api_client, namespace, "pg", "False")
+        assert daemon.scheduler.bound == 0
+    assert condition["reason"] == "SchedulerError"
+    assert condition["message"].startswith("gang pg: binding 2 member(s) failed, 0 of minCount 2")
+    assert "forbidden" in condition["message"]
