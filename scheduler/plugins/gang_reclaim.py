@@ -220,9 +220,13 @@ class GangReclaimer:
         self, request: GangRequest, preemptor: PodInfo, nodes: list[str], reasons: list[str]
     ) -> GangVictims | None:
         r = self.reclaimer
-        first = r._eligible(preemptor, nodes)
+
+        def others(victims: list[Victim]) -> list[Victim]:  # never the gang's own members
+            return [v for v in victims if gang_key(v.pod) != request.group.key]
+
+        first = others(r._eligible(preemptor, nodes))
         wider = self._with_gang_mates(nodes, (v.pod for v in first))
-        eligible = r._eligible(preemptor, wider) if len(wider) > len(nodes) else first
+        eligible = others(r._eligible(preemptor, wider)) if len(wider) > len(nodes) else first
         if not eligible:
             reasons.append("idle reclaim: no pod's PriorityClass lets the gang reclaim it")
             return None

@@ -224,3 +224,23 @@ async def test_a_single_pod_takes_a_victim_gang_whole(
     assert [(name, kind, reason) for name, kind, _, reason, _ in conditions.set] == [
         ("old", "DisruptionTarget", "PreemptionByScheduler")
     ]
+
+
+async def test_the_gang_never_evicts_its_own_bound_members(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """w0 of the gang already runs (idle) on n1; w1 waits and n2 is full with a busy pod of
+    higher priority. Evicting w0 would let w1 fit, but would leave the gang below minCount."""
+    own = victim_pod("w0", "n1", gpus=2)
+    own["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    busy = victim_pod("busy", "n2", gpus=2, klass="protected")
+    busy["spec"]["priority"] = 5000
+    rig, gangs, tracker, _ = setup(
+        monkeypatch, own, busy, classes={"idle-ok": policy(), "protected": {}}
+    )
+    tracker.set_group(parse_pod_group(pod_group("train", min_count=2)))
+    pending = parse_pod(member("w1", group="train", gpus=2, priority=1000))
+    tracker.pod_seen(pending, pending=True)
+    wanted = GangRequest(tracker.groups["default/train"], (pending,), 1)
+    assert await gangs.attempt(wanted) is False
+    assert rig.api.evicted == []
