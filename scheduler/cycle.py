@@ -361,9 +361,9 @@ class Scheduler:
             for entry in batch:
                 self._unschedulable(entry, message, plugins)
             self._gang_condition(group, "False", "Unschedulable", message)
-            self._gang_post_filter(
-                GangRequest(group, tuple(q.obj for q in batch), need, frozenset(pinned))
-            )
+            valid = tuple(q.obj for q in batch if not q.obj.errors and not q.obj.unsupported)
+            if len(valid) >= need:  # never evict for a gang that cannot fully start
+                self._gang_post_filter(GangRequest(group, valid, need, frozenset(pinned)))
             return
         by_key = {q.key: q for q in batch}
         binds: list[Coroutine[Any, Any, Exception | None]] = []

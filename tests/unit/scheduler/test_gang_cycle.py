@@ -257,3 +257,19 @@ async def test_room_reserved_for_the_members_is_their_own() -> None:
     assert h.cache.reservation("default/w0") is None
     assert h.cache.reservation("default/w1") is None
     assert h.cache.node_gpus_used("a").sum() == 4
+
+
+async def test_a_gang_with_an_invalid_member_never_reaches_the_post_filter() -> None:
+    """minCount 2 and one of the two members has an invalid field: no eviction could ever let
+    the gang start, so the PostFilter is not asked."""
+    h, pods, groups = setup(make_node("a", gpus=1))
+    post_filter = GangPostFilterDouble()
+    h.scheduler.gang_post_filter = post_filter
+    groups.on_add(pod_group(min_count=2))
+    bad = member("w1", gpus=2)
+    bad["spec"]["preemptionPolicy"] = "Sometimes"
+    pods.on_add(member("w0", gpus=2))
+    pods.on_add(bad)
+    await h.cycle()
+    assert post_filter.requests == []
+    assert {h.queue.where("default/w0"), h.queue.where("default/w1")} == {"unschedulable"}
