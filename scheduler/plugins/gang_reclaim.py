@@ -17,8 +17,8 @@ One attempt per gang, never two within the reclaim `cooldownSeconds`:
 5. The plan is checked with `scheduler.gang_cycle.plan_gang` on a what-if of the cache without
    the victims: it is executed only when at least minCount members (counting those already
    bound) then fit, with the fewest victims (remove all, then give back most important first).
-   Otherwise nothing is evicted and the PodGroup and the members get a FailedScheduling event
-   saying why.
+   Otherwise nothing is evicted: the PodGroup gets a FailedScheduling event saying why, the
+   members a ReclaimSkipped event with the same words.
 6. Enforce (mode enforce for idle victims; preemption always enforces): reserve every member's
    placement in the cache and set its `status.nominatedNodeName` (the next gang cycle sees the
    reservations as its own and prefers the nominated nodes), set DisruptionTarget
@@ -406,12 +406,16 @@ class GangReclaimer:
 
     # -- reporting -------------------------------------------------------------------------------
 
-    def _event_all(self, request: GangRequest, kind: str, reason: str, note: str) -> None:
+    def _event_all(
+        self, request: GangRequest, kind: str, reason: str, note: str, member_reason: str = ""
+    ) -> None:
+        """The event on the PodGroup and on (at most `MAX_MEMBER_EVENTS`) pending members,
+        with `member_reason` on the members when given."""
         recorder = self.reclaimer.recorder
         recorder.emit(group_ref(request.group), kind, reason, "Preempting", note)
         for member in request.members[:MAX_MEMBER_EVENTS]:
             ref = ObjectRef("Pod", member.name, member.namespace, member.uid)
-            recorder.emit(ref, kind, reason, "Preempting", note)
+            recorder.emit(ref, kind, member_reason or reason, "Preempting", note)
 
     def _report(self, request: GangRequest, chosen: GangVictims, dry_run: bool) -> None:
         group = request.group
@@ -468,4 +472,6 @@ class GangReclaimer:
             note = note[:1000] + "... (truncated)"
         self._count("refused")
         log.info("gang_reclaim_refused", gang=group.key, reason=why[:500])
-        self._event_all(request, WARNING, "FailedScheduling", note)
+        # The members' FailedScheduling says why the gang does not fit; why nothing was
+        # evicted for it goes beside it, as the single-pod PostFilter's skips do.
+        self._event_all(request, WARNING, "FailedScheduling", note, "ReclaimSkipped")

@@ -162,7 +162,10 @@ async def test_a_plan_that_would_leave_the_gang_partial_evicts_nothing(
 
         await eventually(refused, timeout=60, what="the gang plan refused")
         refusals = await eventually(
-            lambda: notes(core_api, namespace, "w0", "FailedScheduling"), what="event"
+            lambda: notes(core_api, namespace, "pg", "FailedScheduling"), what="PodGroup event"
+        )
+        skipped = await eventually(
+            lambda: notes(core_api, namespace, "w0", "ReclaimSkipped"), what="member event"
         )
         assert await still_there(core_api, namespace, ["idle", "busy"]) == ["idle", "busy"]
         assert daemon.reclaimer.stats.evictions == {}
@@ -172,6 +175,7 @@ async def test_a_plan_that_would_leave_the_gang_partial_evicts_nothing(
     assert refusal[0].startswith(
         "gang pg: preemption: no plan lets minCount 2 members fit, nothing evicted: "
     )
+    assert refusal[0] in skipped
 
 
 async def _victim_gang(

@@ -110,6 +110,10 @@ async def test_a_plan_that_leaves_the_gang_partial_evicts_nothing(
     assert rig.api.nominated == []
     assert gangs.outcomes == {"refused": 1}
     notes = rig.recorder.notes("FailedScheduling")
+    assert rig.recorder.notes("ReclaimSkipped") == notes * 2  # on both members
+    assert [kind for kind, _, reason, _ in rig.recorder.events if reason == "FailedScheduling"] == [
+        "PodGroup"
+    ]
     assert notes[0].startswith(
         "gang train: preemption: no plan lets minCount 2 members fit, nothing evicted: "
     )
@@ -181,7 +185,7 @@ async def test_a_victim_gang_with_one_ineligible_member_is_not_touched(
     assert await gangs.attempt(request(tracker, count=1)) is False
     assert rig.api.evicted == []
     assert conditions.set == []
-    (note, *_) = rig.recorder.notes("FailedScheduling")
+    (note,) = rig.recorder.notes("FailedScheduling")
     assert "gang default/old is evicted only as a whole and 1 of its 2 members" in note
 
 
