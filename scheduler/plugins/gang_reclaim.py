@@ -139,16 +139,18 @@ class GangReclaimer:
             return False
         reasons: list[str] = []
         chosen: GangVictims | None = None
+        would = False
         if r.settings.mode != "off":
             chosen = await self._idle_step(request, preemptor, nodes, reasons)
             if chosen is not None and r.settings.mode == "dry-run":
                 self._report(request, chosen, dry_run=True)
                 self._count("dry_run")
-                chosen = None
+                chosen, would = None, True
         if chosen is None and r.preemption.enabled:
             chosen = self._preemption_step(request, preemptor, nodes, reasons)
         if chosen is None:
-            self._refuse(request, "; ".join(reasons) or "no victims found")
+            if not would:  # a dry-run plan was reported: it did fit
+                self._refuse(request, "; ".join(reasons) or "no victims found")
             return False
         return await self._enforce(request, chosen)
 

@@ -248,3 +248,25 @@ async def test_the_gang_never_evicts_its_own_bound_members(
     wanted = GangRequest(tracker.groups["default/train"], (pending,), 1)
     assert await gangs.attempt(wanted) is False
     assert rig.api.evicted == []
+
+
+async def test_dry_run_reports_the_gang_plan_and_evicts_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = cluster(
+        make_node("n1", gpus=2),
+        make_node("n2", gpus=2),
+        pods=[victim_pod("idle1", "n1", gpus=2), victim_pod("idle2", "n2", gpus=2)],
+    )
+    rig = make_rig(monkeypatch, cache, mode="dry-run")
+    monkeypatch.setattr(gang_plugin, "evict_pod", rig.api.evict)
+    monkeypatch.setattr(gang_plugin, "nominate", rig.api.nominate)
+    rig.usage.gpus.update(idle1=2, idle2=2)
+    tracker = GangTracker()
+    gangs = GangReclaimer(rig.reclaimer, tracker, cast(client.ApiClient, object()))
+    assert await gangs.attempt(request(tracker)) is False
+    assert (rig.api.evicted, rig.api.nominated) == ([], [])
+    assert rig.recorder.notes("FailedScheduling") == []
+    (note, *_) = rig.recorder.notes("ReclaimIdleGPUs")
+    assert note.startswith("gang train: would reclaim 4 GPUs on 2 node(s) (n1, n2)")
+    assert gangs.outcomes == {"dry_run": 1}
