@@ -4,6 +4,7 @@ nominations for every member."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -270,3 +271,31 @@ async def test_dry_run_reports_the_gang_plan_and_evicts_nothing(
     (note, *_) = rig.recorder.notes("ReclaimIdleGPUs")
     assert note.startswith("gang train: would reclaim 4 GPUs on 2 node(s) (n1, n2)")
     assert gangs.outcomes == {"dry_run": 1}
+
+
+@pytest.mark.parametrize("never", [False, True])
+async def test_priority_preemption_for_a_gang_across_nodes(
+    monkeypatch: pytest.MonkeyPatch, never: bool
+) -> None:
+    """Both nodes are full with busy-or-unmeasured pods of lower priority and no reclaim
+    policy: the gang preempts one on each node; a member with preemptionPolicy Never keeps it
+    from preempting at all."""
+    low = [victim_pod(f"low{i}", f"n{i + 1}", gpus=2, klass="protected") for i in range(2)]
+    rig, gangs, tracker, _ = setup(monkeypatch, *low, classes={"protected": {}})
+    wanted = request(tracker)
+    if never:
+        first = replace(wanted.members[0], preemption_policy="Never")
+        wanted = replace(wanted, members=(first, *wanted.members[1:]))
+    assert await gangs.attempt(wanted) is (not never)
+    if never:
+        assert rig.api.evicted == []
+        (note,) = rig.recorder.notes("FailedScheduling")
+        assert note.endswith("preemption: not eligible due to preemptionPolicy=Never.")
+        return
+    assert sorted(rig.api.evicted) == ["low0", "low1"]
+    (note, *_) = rig.recorder.notes("Preempting")
+    assert note == (
+        "gang train: preempting 4 GPUs on 2 node(s) (n1, n2) from 2 pod(s) of lower priority "
+        "for minCount 2 members"
+    )
+    assert rig.recorder.notes("Preempted")[0] == "Preempted by PodGroup uid-train"
