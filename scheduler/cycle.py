@@ -45,6 +45,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,7 +57,7 @@ from metrics.scheduling import SchedulingMetrics
 from scheduler.cache import ClusterCache
 from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.gang_cycle import plan_gang
+from scheduler.gang_cycle import GangRequest, plan_gang
 from scheduler.gangs import GangTracker, PodGroupInfo, gang_key
 from scheduler.kube.apierrors import APIError, APITransportError
 from scheduler.kube.binding import (
@@ -69,7 +70,7 @@ from scheduler.kube.binding import (
 )
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.kube.fence import NotLeader
-from scheduler.kube.podgroups import set_pod_group_condition
+from scheduler.kube.podgroups import SCHEDULER_ERROR, set_pod_group_condition
 from scheduler.kube.tasks import TaskSet
 from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
 from scheduler.plugins.nvlink import NAME as NVLINK
@@ -159,6 +160,17 @@ class PostFilter(Protocol):
     async def attempt(self, pod: PodInfo) -> str | None: ...
 
 
+class GangPostFilter(Protocol):
+    """What runs when a gang does not fit: `scheduler.plugins.gang_reclaim.GangReclaimer`."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def cooling_down(self, gang: str) -> bool: ...
+
+    async def attempt(self, request: GangRequest) -> bool: ...
+
+
 def outcome_unknown(error: BaseException) -> bool:
     """Whether a failed Binding may still have landed: no answer came (the connection broke or
     timed out after the request may have gone out), or the API server says the pod is already
@@ -190,6 +202,7 @@ class Scheduler:
         post_filter: PostFilter | None = None,
         metrics: SchedulingMetrics | None = None,
         gangs: GangTracker | None = None,
+        gang_post_filter: GangPostFilter | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
         self.cache = cache
@@ -213,6 +226,7 @@ class Scheduler:
         self.bound = 0
         self.unschedulable = 0
         self.gangs = gangs
+        self.gang_post_filter = gang_post_filter
         self.custom = client.CustomObjectsApi(api_client)
         self._gang_conditions: OrderedDict[str, tuple[str, str]] = OrderedDict()
         """PodGroup key -> (status, message) of the condition patched (or being patched)."""
@@ -321,14 +335,20 @@ class Scheduler:
                 value = node.labels.get(group.topology_key) if node is not None else None
                 if value is not None:
                     pinned.add(value)
-        plan = plan_gang(
-            self.cache,
-            self.framework,
-            [q.obj for q in batch],
-            need,
-            group.topology_key,
-            pinned,
-        )
+        with ExitStack() as released:  # room reclaimed for the members is their own
+            for entry in batch:
+                released.enter_context(self.cache.released(entry.key))
+            plan = plan_gang(
+                self.cache,
+                self.framework,
+                [q.obj for q in batch],
+                need,
+                group.topology_key,
+                pinned,
+            )
+            for entry in batch:  # placed or not, the gang plans afresh next time
+                if plan.fits:
+                    self.cache.drop_reservation(entry.key)
         plugins = tuple(sorted(plan.plugins)) or ("PodGroup",)
         if not plan.fits:
             reasons = "; ".join(sorted(set(plan.unplaced.values())))
@@ -341,9 +361,12 @@ class Scheduler:
             for entry in batch:
                 self._unschedulable(entry, message, plugins)
             self._gang_condition(group, "False", "Unschedulable", message)
+            valid = tuple(q.obj for q in batch if not q.obj.errors and not q.obj.unsupported)
+            if len(valid) >= need:  # never evict for a gang that cannot fully start
+                self._gang_post_filter(GangRequest(group, valid, need, frozenset(pinned)))
             return
         by_key = {q.key: q for q in batch}
-        binds: list[Coroutine[Any, Any, None]] = []
+        binds: list[Coroutine[Any, Any, Exception | None]] = []
         for member in plan.placed:
             placement = Placement(member.node, member.gpus, member.domain, member.score)
             log.info(
@@ -360,16 +383,33 @@ class Scheduler:
             self._unschedulable(by_key[key], f"gang {group.name}: {reason}", plugins)
         self._tasks.spawn(self._bind_gang(group, binds), name=f"bind-gang:{gang}")
 
-    async def _bind_gang(self, group: PodGroupInfo, binds: list[Coroutine[Any, Any, None]]) -> None:
+    async def _bind_gang(
+        self, group: PodGroupInfo, binds: list[Coroutine[Any, Any, Exception | None]]
+    ) -> None:
         """Run the members' binds; then, when minCount members are bound, the PodGroup's
-        condition is set to Scheduled."""
-        await asyncio.gather(*binds)
+        condition is set to Scheduled. When fewer are bound because the API server refused a
+        Binding with an error (not because the pod went away or was bound already), the
+        condition is False with reason SchedulerError and the error, as kube-scheduler reports
+        a scheduling error."""
+        errors = await asyncio.gather(*binds)
         if self.gangs is None:
             return
         bound = [k for k in self.gangs.members(group.key) if k in self.cache.pods]
         if len(bound) >= group.min_count:
             message = f"{len(bound)} of minCount {group.min_count} members bound"
             self._gang_condition(group, "True", "Scheduled", message)
+            return
+        failed = [e for e in errors if e is not None]
+        if failed:
+            first = failed[0]
+            text = str(first) if isinstance(first, APIError) else f"{type(first).__name__}: {first}"
+            message = (
+                f"gang {group.name}: binding {len(failed)} member(s) failed, "
+                f"{len(bound)} of minCount {group.min_count} bound: {text}"
+            )
+            if len(message) > 1024:
+                message = message[:1000] + "... (truncated)"
+            self._gang_condition(group, "False", SCHEDULER_ERROR, message)
 
     def _gang_condition(self, group: PodGroupInfo, status: str, reason: str, message: str) -> None:
         """Patch the PodGroup's PodGroupInitiallyScheduled condition unless it already says
@@ -429,6 +469,18 @@ class Scheduler:
         if self.post_filter.cooling_down(pod.key):
             return
         self._tasks.spawn(self.post_filter.attempt(pod), name=f"post-filter:{pod.key}")
+
+    def _gang_post_filter(self, request: GangRequest) -> None:
+        """Start a gang PostFilter attempt in the background (idle reclaim, then preemption,
+        for the whole gang); the members are retried when the freed room shows up."""
+        post_filter = self.gang_post_filter
+        if post_filter is None or not post_filter.enabled:
+            return
+        if post_filter.cooling_down(request.group.key):
+            return
+        self._tasks.spawn(
+            post_filter.attempt(request), name=f"gang-post-filter:{request.group.key}"
+        )
 
     def _log_decision(self, pod: PodInfo, placement: Placement, evaluation: Evaluation) -> None:
         scores = evaluation.state.data.get(NVLINK)
@@ -523,22 +575,24 @@ class Scheduler:
         pod: PodInfo,
         placement: Placement,
         volumes: VolumePlan | None = None,
-    ) -> None:
+    ) -> Exception | None:
         """The binding cycle. Any failure, of any type, forgets the assumed pod and ends the
         queue entry's flight (requeued with backoff unless the pod is gone or bound by someone
         else); cancellation does the same and then propagates. `volumes`: VolumeBinding's
-        PreBind writes, made first; one failing fails the binding (the Binding is not sent)."""
+        PreBind writes, made first; one failing fails the binding (the Binding is not sent).
+        Returns the error of a Binding refused for good (not gone, not bound already), else
+        None."""
         try:
             async with self._bind_slots:
                 if not self.is_leader():
                     self.cache.forget(pod.key)
                     self.queue.requeue_backoff(queued)
-                    return
+                    return None
                 if placement.node not in self.cache.nodes:
                     self.cache.forget(pod.key)
                     self.queue.requeue_backoff(queued)
                     log.warning("bind_skipped_node_gone", pod=pod.key, node=placement.node)
-                    return
+                    return None
                 if volumes is not None:
                     await prebind_volumes(self.core, volumes, self.bind_timeout)
                 await self.metrics.timed_bind(bind_pod)(
@@ -562,13 +616,14 @@ class Scheduler:
                 )
                 self._unconfirmed[pod.key] = (placement, error)
                 await self._confirm(queued, pod, placement, error)
-                return
+                return None
             self.cache.forget(pod.key)
-            self._bind_failed(queued, pod, placement, error)
+            refused = self._bind_failed(queued, pod, placement, error)
             if volumes is not None:  # the PVs it had taken are free again for others
                 self.queue.move_all_to_active_or_backoff("VolumeBindingReverted")
-            return
+            return refused
         self._bound(queued, pod, placement)
+        return None
 
     async def _confirm(
         self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: Exception
@@ -619,9 +674,9 @@ class Scheduler:
 
     def _bind_failed(
         self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: Exception
-    ) -> None:
+    ) -> Exception | None:
         """Decide by the error's type: gone -> drop; already bound -> drop (the informer counts
-        it where it really is); anything else -> back off and retry."""
+        it where it really is); anything else -> back off and retry (and return the error)."""
         api = error if isinstance(error, APIError) else None
         gone = api is not None and api.not_found
         assigned = api is not None and api.already_assigned
@@ -638,11 +693,12 @@ class Scheduler:
         self.metrics.error()
         if gone or assigned:
             self.queue.done(queued)
-            return
+            return None
         self.queue.requeue_backoff(queued)
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         note = f"Binding rejected: {error}"
         self.recorder.emit(ref, WARNING, "FailedScheduling", "Binding", note)
+        return error
 
     # -- stopping ------------------------------------------------------------------------------
 

@@ -72,6 +72,7 @@ from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, Leadersh
 from scheduler.kube.podgroups import list_pod_groups
 from scheduler.namespaces import NamespaceLabels
 from scheduler.objects import PodInfo
+from scheduler.plugins.gang_reclaim import GangReclaimer
 from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Reclaimer, UsageSource
 from scheduler.profile import default_framework
 from scheduler.queue import SchedulingQueue
@@ -145,6 +146,8 @@ class Daemon:
         self.reclaimer.preemption.on_attempt = self.metrics.preemption
         framework.narrowers.append(NominatedNode(self.reclaimer))
         self.gangs = GangTracker()
+        self.reclaimer.gangs = self.gangs
+        self.gang_reclaimer = GangReclaimer(self.reclaimer, self.gangs, api_client)
         self.scheduler = Scheduler(
             scheduler_name=settings.scheduler_name,
             cache=self.cache,
@@ -159,6 +162,7 @@ class Daemon:
             post_filter=self.reclaimer,
             metrics=self.metrics,
             gangs=self.gangs,
+            gang_post_filter=self.gang_reclaimer,
         )
         self.elector: Elector = (
             LeaderElector(api_client, settings.leader_election, fence=fence_of(api_client))

@@ -21,8 +21,9 @@ their placements stay assumed in the cache and the caller binds them. When fewer
 fit anywhere, nothing stays assumed (each assumption is forgotten) and `reasons` says why
 members did not fit, for the best attempt.
 
-Not here (seams for later work): gang-aware preemption and reclaim (members that do not fit do
-not trigger reclaim), and the composite PodGroups of a Workload.
+A gang that does not fit is handed, as a `GangRequest`, to the gang PostFilter
+(`scheduler.plugins.gang_reclaim`), which re-runs `plan_gang` on what-ifs of the cache without
+candidate victims. Not here: the composite PodGroups of a Workload.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import numpy.typing as npt
 from scheduler.cache import ClusterCache
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.gang_victims import gang_priority
+from scheduler.gangs import PodGroupInfo
 from scheduler.objects import PodInfo, sorted_errors
 from scheduler.plugins.unsupported import unsupported_message
 from topology.occupancy import NO_DOMAIN, choose_gpus
@@ -66,6 +69,27 @@ class GangPlan:
     plugins: set[str] = field(default_factory=set)
     """Plugins that rejected nodes for unplaced members."""
     topology_value: str = ""
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """A gang that did not fit: its PodGroup, its pending members, how many of them must be
+    placed (minCount minus those already bound) and the topology values it is pinned to."""
+
+    group: PodGroupInfo
+    members: tuple[PodInfo, ...]
+    need: int
+    pinned: frozenset[str] = frozenset()
+
+    @property
+    def priority(self) -> int:
+        """The priority the gang preempts with (`scheduler.gang_victims.gang_priority`): the
+        PodGroup's `spec.priority` when it comes from a `priorityClassName` or is not 0; the
+        admission controller writes 0 into a PodGroup without a class, which here means unset,
+        so the members' lowest priority counts."""
+        group = self.group
+        explicit = group.priority if group.priority_class or group.priority else None
+        return gang_priority(explicit, (m.priority for m in self.members))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ PodGroup says how the gang is scheduled:
   `spec.schedulingPolicy.basic`: no all-or-nothing (a min count of 1);
 - `spec.schedulingConstraints.topology[0].key`: every member lands on nodes sharing one value of
   that node label (e.g. one rack);
-- `spec.priority`, `spec.disruptionMode` are parsed for later use (gang-aware preemption and
-  reclaim are not implemented: members are evicted one by one like any pod).
+- `spec.priority` (with `spec.priorityClassName`) is the priority the gang preempts with, and
+  `spec.disruptionMode` (single / all) says whether its members may be evicted one by one
+  (`scheduler.gang_victims`, `scheduler.plugins.gang_reclaim`).
 
 `parse_pod_group` never raises: a bad PodGroup yields a record whose `errors` name the fields
 (`FieldError`), its members wait and the daemon reports the errors on the PodGroup.
@@ -48,6 +49,9 @@ class PodGroupInfo:
     topology_key: str = ""
     """schedulingConstraints.topology[0].key: the node label all members share ("" none)."""
     priority: int | None = None
+    """spec.priority (the admission controller sets it from spec.priorityClassName, or to 0)."""
+    priority_class: str = ""
+    """spec.priorityClassName ("" when unset: then `priority` is only the default 0)."""
     disruption_mode: str = ""
     """"single" or "all" (spec.disruptionMode), "" when unset."""
     condition: tuple[str, str, str] | None = None
@@ -148,6 +152,7 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
         min_count=min_count,
         topology_key=topology_key,
         priority=priority,
+        priority_class=clip(str(spec.get("priorityClassName") or "")),
         disruption_mode=disruption_mode,
         condition=_condition(status),
         errors=tuple(errors),

@@ -19,10 +19,10 @@ and these functions decide, with kube-scheduler's rules:
         priorities, then fewest victims, then the latest start time among the highest-priority
         victims, then the first node in the given order
 
-The unit of eviction is a `Candidate`. Today each candidate is one pod. A gang (a group placed
-and evicted as one) becomes one candidate whose `members` lists all its pods: `fits` receives pod
-keys, so the what-if removes the whole gang, and the weighing (priority, budgets) happens once per
-candidate. That is the one seam group preemption needs here.
+The unit of eviction is a `Candidate`: one pod, or a gang evicted as one whose `members` lists
+all its pods (`scheduler.gang_victims.victim_units` decides which): `fits` receives pod keys, so
+the what-if removes the whole gang; its priority is its highest member's, and the node ranking
+counts every member (sum of priorities and number of victims, `NodeVictims.pod_count`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ node with more victims must not sum lower than one with fewer of the same priori
 
 @dataclass(frozen=True)
 class Candidate:
-    """A pod (today; see the module docstring for gangs) that might be preempted."""
+    """A pod, or a gang evicted as one (see the module docstring), that might be preempted."""
 
     key: str
     """namespace/name."""
@@ -85,7 +85,13 @@ class NodeVictims:
 
     @property
     def priority_sum(self) -> int:
-        return sum(v.priority + PRIORITY_OFFSET for v in self.victims)
+        """Every pod counts: a gang candidate adds its priority once per member."""
+        return sum((v.priority + PRIORITY_OFFSET) * len(v.pods) for v in self.victims)
+
+    @property
+    def pod_count(self) -> int:
+        """How many pods are evicted (a gang candidate counts all its members)."""
+        return sum(len(v.pods) for v in self.victims)
 
     @property
     def earliest_start_of_highest(self) -> float:
@@ -184,7 +190,7 @@ def _rank(victims: NodeVictims) -> tuple[int, int, int, int, float]:
         victims.violations,
         victims.highest_priority,
         victims.priority_sum,
-        len(victims.victims),
+        victims.pod_count,
         -victims.earliest_start_of_highest,
     )
 

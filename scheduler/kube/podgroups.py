@@ -16,6 +16,10 @@ GROUP = "scheduling.k8s.io"
 VERSION = "v1beta1"
 PLURAL = "podgroups"
 CONDITION_TYPE = "PodGroupInitiallyScheduled"
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+SCHEDULER_ERROR = "SchedulerError"
+"""Condition type and reasons of scheduling.k8s.io/v1beta1 PodGroupStatus."""
 _STRATEGIC: dict[str, Any] = {"_content_type": "application/strategic-merge-patch+json"}
 """Patch as a strategic merge (conditions merge by type); the generated client accepts
 `_content_type`, its type stubs do not list it."""
@@ -36,13 +40,15 @@ async def set_pod_group_condition(
     message: str,
     timeout: float = 30.0,
     uid: str = "",
+    condition_type: str = CONDITION_TYPE,
 ) -> None:
-    """Set the PodGroup's PodGroupInitiallyScheduled condition (a strategic merge patch of the
-    status subresource, keyed by condition type: other conditions stay). Raises the typed
-    `APIError` on any failure; with `uid`, a PodGroup re-created under the name is refused."""
+    """Set one condition of the PodGroup, PodGroupInitiallyScheduled unless `condition_type`
+    says otherwise (a strategic merge patch of the status subresource, keyed by condition type:
+    other conditions stay). Raises the typed `APIError` on any failure; with `uid`, a PodGroup
+    re-created under the name is refused."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     condition = {
-        "type": CONDITION_TYPE,
+        "type": condition_type,
         "status": status,
         "reason": reason,
         "message": message,
@@ -51,7 +57,7 @@ async def set_pod_group_condition(
     patch: dict[str, Any] = {"status": {"conditions": [condition]}}
     if uid:
         patch["metadata"] = {"uid": uid}
-    what = f"{CONDITION_TYPE} condition of PodGroup {namespace}/{name}"
+    what = f"{condition_type} condition of PodGroup {namespace}/{name}"
     async with api_call(what):
         response = await custom.patch_namespaced_custom_object_status(
             GROUP,

@@ -10,7 +10,10 @@ off, found no idle victims that let the pod fit, or its evictions were refused. 
    pods are not evicted twice for it.
 2. Candidate nodes: those the filters rejected only for reasons removing pods can fix (the
    reclaim step's list: `Diagnosis.resolvable_nodes`). On each, the pods of strictly lower
-   priority (not assumed, not terminating, not a reservation) are the candidates;
+   priority (not assumed, not terminating, not a reservation) are the candidates, each weighed
+   with its gang (`scheduler.gang_victims`: a gang with disruptionMode all, or one that would
+   drop below minCount, is one candidate of all its members, on whatever node they run, only
+   when every member has lower priority; its cost counts every member);
    `scheduler.preemption.select_victims` picks the fewest, re-running every filter on a what-if
    of the cache (`fits_without`: the same filters, NVLink domains and GPU indices included).
 3. Nodes in `scheduler.preemption.pick_node` order; the shared enforcement (`Reclaimer._enforce`)
@@ -44,10 +47,20 @@ import structlog
 
 from scheduler.cache import ClusterCache
 from scheduler.config import PreemptionConfig
+from scheduler.gang_victims import Unit, broken_gangs, victim_units
+from scheduler.gangs import GangTracker, gang_key
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.objects import PodInfo
 from scheduler.pdb import PdbStore
-from scheduler.plugins.victims import PREEMPTION, Plan, Victim, may_make_room
+from scheduler.plugins.victims import (
+    PREEMPTION,
+    Plan,
+    Victim,
+    mate_nodes,
+    may_make_room,
+    victim_gangs,
+    victim_pod,
+)
 from scheduler.preemption import (
     TERMINATING_MESSAGE,
     Candidate,
@@ -68,6 +81,14 @@ FitsWithout = Callable[[PodInfo, str, frozenset[str]], bool]
 
 def _epoch(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
+
+
+def _candidate(unit: Unit, victims: dict[str, Victim]) -> Candidate:
+    """The DefaultPreemption candidate of a unit: one pod, or a whole gang (`members`), with
+    the earliest known start time among its pods."""
+    starts = [s for k in unit.pods if (s := _epoch(victims[k].pod.scheduled_at)) is not None]
+    members = unit.pods if unit.whole_gang else ()
+    return Candidate(unit.key, unit.priority, min(starts, default=None), unit.budgets, members)
 
 
 def _by_priority(victims: tuple[Victim, ...]) -> str:
@@ -96,6 +117,8 @@ class PriorityPreemption:
         self.nominated_node = nominated_node
         self.outcomes: Counter[str] = Counter()
         """Preemption steps by outcome: planned, or why not (never, wait, no_victims)."""
+        self.gangs: GangTracker | None = None
+        """The gangs victims may belong to (a victim is weighed with its gang)."""
         self.on_attempt: Callable[[int], None] = lambda victims: None
         """Told of every attempt that searched for victims: the best plan's victim count (0
         when none), as kube-scheduler's `scheduler_preemption_attempts_total` and
@@ -134,18 +157,27 @@ class PriorityPreemption:
             victims = self._lower_priority(pod, node)
             if not victims:
                 continue
-            candidates = [
-                Candidate(v.pod.key, v.pod.priority, _epoch(v.pod.scheduled_at), v.budgets)
-                for v in victims.values()
-            ]
+            gangs = victim_gangs(self.cache, self.gangs, (v.pod for v in victims.values()))
+            for other in sorted(mate_nodes(self.cache, gangs) - {node}):
+                for key, mate in self._lower_priority(pod, other).items():
+                    if gang_key(mate.pod) in gangs:
+                        victims[key] = mate
+            units, _ = victim_units((victim_pod(v) for v in victims.values()), gangs)
+            unit_of = {u.key: u for u in units}
+            candidates = [_candidate(u, victims) for u in units]
 
             def fits(removed: frozenset[str], node: str = node) -> bool:
                 return self.fits_without(pod, node, removed)
 
             chosen = select_victims(pod.priority, candidates, fits, allowed)
-            if chosen is not None:
-                per_node[node] = chosen
-                found[node] = victims
+            if chosen is None:
+                continue
+            broken = broken_gangs([unit_of[c.key] for c in chosen.victims], gangs)
+            if broken:
+                log.info("preemption_set_breaks_gang", preemptor=pod.key, node=node, gangs=broken)
+                continue
+            per_node[node] = chosen
+            found[node] = victims
         plans: list[Plan] = []
         for node in nodes_in_order(per_node):
             chosen = per_node[node]
@@ -153,8 +185,8 @@ class PriorityPreemption:
             plans.append(
                 Plan(
                     node,
-                    tuple(found[node][c.key] for c in chosen.victims),
-                    frozenset(c.key for c in violating),
+                    tuple(found[node][k] for c in chosen.victims for k in c.pods),
+                    frozenset(k for c in violating for k in c.pods),
                     step=PREEMPTION,
                 )
             )

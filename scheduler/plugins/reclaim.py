@@ -69,6 +69,8 @@ from scheduler.config import PreemptionConfig, ReclaimConfig
 from scheduler.framework.interface import BoolArray, CycleState, Rejection
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.gang_victims import Unit, broken_gangs, victim_units
+from scheduler.gangs import GangTracker
 from scheduler.kube.apierrors import APIError
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.kube.eviction import EvictionResult, evict_pod, nominate
@@ -78,7 +80,16 @@ from scheduler.pdb import PdbStore
 from scheduler.plugins.nvlink import one_domain_feasible
 from scheduler.plugins.preemption import PriorityPreemption
 from scheduler.plugins.reclaim_policies import PolicyStore
-from scheduler.plugins.victims import PREEMPTION, Plan, Victim, may_make_room
+from scheduler.plugins.victims import (
+    PREEMPTION,
+    Plan,
+    Victim,
+    mark_disruption_targets,
+    mate_nodes,
+    may_make_room,
+    victim_gangs,
+    victim_pod,
+)
 from topology.occupancy import choose_gpus
 
 log = structlog.get_logger("gpu-scheduler.reclaim")
@@ -194,6 +205,17 @@ class Reclaimer:
         )
         """The second step, when idle reclaim made no room (the daemon turns it on by
         default, as `preemption.enabled` is; off unless given, for callers of reclaim alone)."""
+        self.custom = client.CustomObjectsApi(api_client)
+
+    @property
+    def gangs(self) -> GangTracker | None:
+        """The gangs victims may belong to (both steps weigh a victim with its gang,
+        `scheduler.gang_victims`); None: every victim stands alone."""
+        return self.preemption.gangs
+
+    @gangs.setter
+    def gangs(self, tracker: GangTracker | None) -> None:
+        self.preemption.gangs = tracker
 
     @property
     def enabled(self) -> bool:
@@ -301,6 +323,10 @@ class Reclaimer:
     async def _reclaim(self, pod: PodInfo, nodes: list[str]) -> str | None:
         """The first step: idle victims (see the module docstring)."""
         victims = self._eligible(pod, nodes)
+        gangs = victim_gangs(self.cache, self.gangs, (v.pod for v in victims))
+        mates = mate_nodes(self.cache, gangs) - set(nodes)
+        if mates:  # a gang evicted only whole: its members elsewhere must be eligible too
+            victims = self._eligible(pod, [*nodes, *sorted(mates)])
         if not victims:
             self._skip(pod, "no_eligible_pods", None)
             return None
@@ -470,31 +496,47 @@ class Reclaimer:
             return True
 
     def _plan(self, pod: PodInfo, idle: list[Victim]) -> list[Plan]:
-        """Victim sets per node, best node first (budget-violating sets last)."""
-        by_node: dict[str, list[Victim]] = {}
-        for victim in idle:
-            by_node.setdefault(victim.node, []).append(victim)
+        """Victim sets per node, best node first (budget-violating sets last). A victim is
+        weighed with its gang (`scheduler.gang_victims.victim_units`): a gang evicted only as a
+        whole is one candidate of all its members (on any node, all idle), and a set that would
+        take a gang below minCount otherwise is not used."""
+        by_key = {v.pod.key: v for v in idle}
+        gangs = victim_gangs(self.cache, self.gangs, (v.pod for v in idle))
+        units, excluded = victim_units((victim_pod(v) for v in idle), gangs)
+        for line in excluded:
+            log.info("reclaim_gang_not_eligible", preemptor=pod.key, reason=line)
+        by_node: dict[str, list[Unit]] = {}
+        for unit in units:
+            for node in sorted({by_key[k].node for k in unit.pods}):
+                by_node.setdefault(node, []).append(unit)
         allowed = self.pdbs.allowed()
         sets: dict[str, VictimSet] = {}
         chosen: dict[str, Plan] = {}
-        for node, victims in by_node.items():
+        for node, node_units in by_node.items():
             if node not in self.cache.row_of:
                 continue
-            candidates = [
-                Candidate(v.pod.key, v.pod.priority, v.pod.gpus, v.budgets) for v in victims
-            ]
+            unit_of = {u.key: u for u in node_units}
+            candidates = [Candidate(u.key, u.priority, u.gpus, u.budgets) for u in node_units]
 
-            def fits(removed: frozenset[str], node: str = node) -> bool:
-                return self._fits_without(pod, node, removed)
+            def fits(
+                removed: frozenset[str], node: str = node, unit_of: dict[str, Unit] = unit_of
+            ) -> bool:
+                pods = frozenset(k for key in removed for k in unit_of[key].pods)
+                return self._fits_without(pod, node, pods)
 
             keys = choose_victims(order_candidates(candidates, allowed), fits, allowed)
             if keys is None or not keys:
                 continue
+            broken = broken_gangs([unit_of[k] for k in keys], gangs)
+            if broken:
+                log.info("reclaim_set_breaks_gang", preemptor=pod.key, node=node, gangs=broken)
+                continue
             victim_set = VictimSet.of(candidates, keys, allowed)
             sets[node] = victim_set
-            by_key = {v.pod.key: v for v in victims}
-            guarded = budget_violations(victim_set.victims, allowed)
-            chosen[node] = Plan(node, tuple(by_key[k] for k in keys), guarded)
+            guarded_units = budget_violations(victim_set.victims, allowed)
+            guarded = frozenset(p for k in guarded_units for p in unit_of[k].pods)
+            victims = tuple(by_key[p] for k in keys for p in unit_of[k].pods)
+            chosen[node] = Plan(node, victims, guarded)
         ordered: list[Plan] = []
         while sets:
             best = best_node(sets)
@@ -533,7 +575,7 @@ class Reclaimer:
             if (
                 state is None
                 or state.info.uid != victim.pod.uid
-                or state.node != plan.node
+                or state.node != victim.node
                 or state.info.terminating
             ):
                 return f"victim {victim.pod.key} is gone or changed"
@@ -576,6 +618,12 @@ class Reclaimer:
             except (APIError, OSError, TimeoutError) as error:
                 log.warning("nominate_failed", pod=pod.key, node=node, error=_cut(str(error)))
             self._report(pod, plan, dry_run=False)
+            await mark_disruption_targets(
+                self.custom,
+                self.gangs,
+                plan.victims,
+                f"{plan.step}: evicted to make room for pod {pod.key}",
+            )
             blocked = False
             for victim in plan.eviction_order():
                 placed = self.cache.pods.get(pod.key)

@@ -4,15 +4,33 @@ enforcement in `scheduler.plugins.reclaim.Reclaimer`: the victims chosen on one 
 Both steps go through the same machinery: re-validate the plan, reserve the room in the cache,
 set `status.nominatedNodeName`, evict through the Eviction API, budget-guarded victims first.
 `Plan.step` says which step chose the victims, and so which events are written.
+
+Victims that belong to gangs are weighed with their gangs (`scheduler.gang_victims`): the
+helpers at the end gather the gangs' facts from the cache and the `GangTracker`, and mark the
+v1beta1 PodGroups that lose members (DisruptionTarget, reason PreemptionByScheduler).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import structlog
+from kubernetes_asyncio import client
+
 from reclaim.usage import Verdict
-from scheduler.cache import PodState
+from scheduler.cache import ClusterCache, PodState
+from scheduler.gang_victims import VictimGang, VictimPod
+from scheduler.gangs import GangTracker, PodGroupInfo, gang_key
+from scheduler.kube.podgroups import (
+    DISRUPTION_TARGET,
+    PREEMPTION_BY_SCHEDULER,
+    set_pod_group_condition,
+)
 from scheduler.objects import PodInfo
+
+log = structlog.get_logger("gpu-scheduler.reclaim")
+V1BETA1 = "scheduling.k8s.io/v1beta1"
 
 RECLAIM = "reclaim"
 PREEMPTION = "preemption"
@@ -67,3 +85,87 @@ class Plan:
             f"; {len(self.guarded)} of them guarded by a PodDisruptionBudget that allows no "
             "more disruptions now: the eviction may be refused"
         )
+
+
+# -- victims weighed with their gangs ----------------------------------------------------------
+
+
+def victim_gangs(
+    cache: ClusterCache, tracker: GangTracker | None, pods: Iterable[PodInfo]
+) -> dict[str, VictimGang]:
+    """The facts (`scheduler.gang_victims.VictimGang`) of the gangs `pods` belong to: minCount,
+    disruptionMode all, and the members counted in the cache. Empty without a tracker."""
+    gangs: dict[str, VictimGang] = {}
+    if tracker is None:
+        return gangs
+    for pod in pods:
+        gang = gang_key(pod)
+        group = tracker.groups.get(gang) if gang else None
+        if group is None or gang in gangs:
+            continue
+        members = tuple(sorted(k for k in tracker.members(gang) if k in cache.pods))
+        gangs[gang] = VictimGang(gang, group.min_count, group.disruption_mode == "all", members)
+    return gangs
+
+
+def mate_nodes(cache: ClusterCache, gangs: Mapping[str, VictimGang]) -> set[str]:
+    """The nodes holding members of gangs evicted only as a whole."""
+    found: set[str] = set()
+    for gang in gangs.values():
+        if gang.spare > 0:
+            continue
+        for key in gang.members:
+            state = cache.pods.get(key)
+            if state is not None:
+                found.add(state.node)
+    return found
+
+
+def victim_pod(victim: Victim) -> VictimPod:
+    """The plain facts of a victim, for `scheduler.gang_victims`."""
+    pod = victim.pod
+    return VictimPod(pod.key, pod.priority, pod.gpus, gang_key(pod), victim.budgets)
+
+
+def disrupted_groups(tracker: GangTracker | None, victims: Iterable[Victim]) -> list[PodGroupInfo]:
+    """The scheduling.k8s.io/v1beta1 PodGroups losing members among `victims`."""
+    groups: dict[str, PodGroupInfo] = {}
+    if tracker is None:
+        return []
+    for victim in victims:
+        gang = gang_key(victim.pod)
+        group = tracker.groups.get(gang) if gang else None
+        if group is not None and group.source == V1BETA1:
+            groups[gang] = group
+    return list(groups.values())
+
+
+async def mark_disruption_targets(
+    custom: client.CustomObjectsApi,
+    tracker: GangTracker | None,
+    victims: Iterable[Victim],
+    message: str,
+    timeout: float = 10.0,
+) -> list[str]:
+    """Set DisruptionTarget=True (reason PreemptionByScheduler, `message`) on every v1beta1
+    PodGroup losing members among `victims`, as kube-scheduler marks what it preempts before
+    evicting. A failed patch is logged and does not stop the eviction. Returns the PodGroups
+    marked."""
+    marked: list[str] = []
+    for group in disrupted_groups(tracker, victims):
+        try:
+            await set_pod_group_condition(
+                custom,
+                group.namespace,
+                group.name,
+                "True",
+                PREEMPTION_BY_SCHEDULER,
+                message,
+                timeout,
+                group.uid,
+                condition_type=DISRUPTION_TARGET,
+            )
+            marked.append(group.key)
+        except Exception as error:
+            log.warning("disruption_target_failed", podgroup=group.key, error=str(error)[:200])
+    return marked

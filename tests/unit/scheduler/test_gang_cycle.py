@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from scheduler.config import SchedulerConfig
-from scheduler.gang_cycle import plan_gang
+from scheduler.gang_cycle import GangRequest, plan_gang
 from scheduler.gangs import GangTracker
 from scheduler.handlers import PodGroupHandler, PodHandler
 from scheduler.objects import parse_pod
@@ -189,3 +189,87 @@ async def test_members_bound_earlier_count_and_pin_the_topology_value() -> None:
     await h.cycle()
     assert nodes_of(h, "w1") == {"w1": "r2-a"}  # r1 has more free GPUs, but the gang is on r2
     assert [c[:2] for c in conditions(h)] == [("True", "Scheduled")]
+
+
+async def test_a_binding_refused_with_an_api_error_sets_scheduler_error() -> None:
+    h, pods, groups = setup(make_node("a", gpus=4))
+    groups.on_add(pod_group(min_count=2))
+    h.core.bind_outcomes = [201, (500, "etcdserver: request timed out")]
+    for name in ("w0", "w1"):
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()
+    assert h.scheduler.bound == 1
+    ((status, reason, message),) = conditions(h)
+    assert (status, reason) == ("False", "SchedulerError")
+    assert message.startswith("gang pg: binding 1 member(s) failed, 1 of minCount 2 bound: ")
+    assert "etcdserver: request timed out" in message
+
+
+async def test_a_member_that_went_away_is_no_scheduler_error() -> None:
+    h, pods, groups = setup(make_node("a", gpus=4))
+    groups.on_add(pod_group(min_count=2))
+    h.core.bind_outcomes = [201, (404, 'pods "w1" not found')]
+    for name in ("w0", "w1"):
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()
+    assert conditions(h) == []
+
+
+class GangPostFilterDouble:
+    """Records the gang requests handed to the PostFilter."""
+
+    def __init__(self) -> None:
+        self.requests: list[GangRequest] = []
+        self.enabled = True
+
+    def cooling_down(self, gang: str) -> bool:
+        return False
+
+    async def attempt(self, request: GangRequest) -> bool:
+        self.requests.append(request)
+        return False
+
+
+async def test_a_gang_that_does_not_fit_goes_to_the_gang_post_filter_whole() -> None:
+    h, pods, groups = setup(make_node("a", gpus=4), make_node("b", gpus=1))
+    post_filter = GangPostFilterDouble()
+    h.scheduler.gang_post_filter = post_filter
+    groups.on_add(pod_group(min_count=3))
+    for name in ("w0", "w1", "w2"):
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()
+    (request,) = post_filter.requests
+    assert sorted(m.name for m in request.members) == ["w0", "w1", "w2"]
+    assert (request.group.key, request.need) == ("default/pg", 3)
+
+
+async def test_room_reserved_for_the_members_is_their_own() -> None:
+    """Reclaim reserved a's GPUs for the members: their gang cycle may use them, and once the
+    gang is placed the reservations are gone."""
+    h, pods, groups = setup(make_node("a", gpus=4))
+    groups.on_add(pod_group(min_count=2))
+    for name in ("w0", "w1"):
+        info = parse_pod(member(name, gpus=2))
+        h.cache.reserve(info, "a", (0, 1) if name == "w0" else (2, 3), 0.0)
+        pods.on_add(member(name, gpus=2))
+    await h.cycle()
+    assert h.scheduler.bound == 2
+    assert h.cache.reservation("default/w0") is None
+    assert h.cache.reservation("default/w1") is None
+    assert h.cache.node_gpus_used("a").sum() == 4
+
+
+async def test_a_gang_with_an_invalid_member_never_reaches_the_post_filter() -> None:
+    """minCount 2 and one of the two members has an invalid field: no eviction could ever let
+    the gang start, so the PostFilter is not asked."""
+    h, pods, groups = setup(make_node("a", gpus=1))
+    post_filter = GangPostFilterDouble()
+    h.scheduler.gang_post_filter = post_filter
+    groups.on_add(pod_group(min_count=2))
+    bad = member("w1", gpus=2)
+    bad["spec"]["preemptionPolicy"] = "Sometimes"
+    pods.on_add(member("w0", gpus=2))
+    pods.on_add(bad)
+    await h.cycle()
+    assert post_filter.requests == []
+    assert {h.queue.where("default/w0"), h.queue.where("default/w1")} == {"unschedulable"}
