@@ -6,7 +6,7 @@ One attempt per gang, never two within the reclaim `cooldownSeconds`:
    removing pods can fix (as for a single pod). None: refused.
 2. Idle reclaim first: the pods on those nodes whose PriorityClass policy lets a pod of the
    gang's priority reclaim them (`reclaim.policy.victim_eligibility`), measured idle through
-   Prometheus (`Reclaimer._measure`, fail-safe: unmeasured is not idle).
+   Prometheus (`Reclaimer.measure`, fail-safe: unmeasured is not idle).
 3. When that makes no room: priority preemption, the pods of strictly lower priority than the
    gang. The gang's priority is its PodGroup's `spec.priority` (when set from a PriorityClass
    or not 0), else its lowest member's (`scheduler.gang_cycle.GangRequest.priority`). A member
@@ -113,14 +113,10 @@ class GangReclaimer:
         if not self.enabled or not request.members:
             return False
         key = GANG_UNIT_PREFIX + request.group.key
-        r._prune()
-        if r.cooling_down(key):
+        if not r.begin_attempt(key):
             self._count("cooldown")
             return False
-        r._last_attempt.pop(key, None)
-        r._last_attempt[key] = r.clock()
-        r.stats.attempts += 1
-        async with r._lock:
+        async with r.lock:
             try:
                 return await self._attempt(request)
             except Exception:
@@ -133,7 +129,7 @@ class GangReclaimer:
     async def _attempt(self, request: GangRequest) -> bool:
         r = self.reclaimer
         preemptor = replace(request.members[0], priority=request.priority)
-        nodes = self._candidate_nodes(request)
+        nodes = self.candidate_nodes(request)
         if not nodes:
             self._refuse(request, "no node would fit a member if pods were removed from it")
             return False
@@ -154,13 +150,13 @@ class GangReclaimer:
             return False
         return await self._enforce(request, chosen)
 
-    def _candidate_nodes(self, request: GangRequest) -> list[str]:
+    def candidate_nodes(self, request: GangRequest) -> list[str]:
         """Nodes some member was rejected on only for reasons eviction can fix, in order."""
         r = self.reclaimer
         found: dict[str, None] = {}
         with self._released(request.members):
             for member in request.members:
-                located = r._candidate_nodes(member)
+                located = r.candidate_nodes(member)
                 if located is not None:
                     for node in located[0]:
                         found[node] = None
@@ -226,16 +222,16 @@ class GangReclaimer:
         def others(victims: list[Victim]) -> list[Victim]:  # never the gang's own members
             return [v for v in victims if gang_key(v.pod) != request.group.key]
 
-        first = others(r._eligible(preemptor, nodes))
+        first = others(r.eligible(preemptor, nodes))
         wider = self._with_gang_mates(nodes, (v.pod for v in first))
-        eligible = others(r._eligible(preemptor, wider)) if len(wider) > len(nodes) else first
+        eligible = others(r.eligible(preemptor, wider)) if len(wider) > len(nodes) else first
         if not eligible:
             reasons.append("idle reclaim: no pod's PriorityClass lets the gang reclaim it")
             return None
         if r.usage is None:
             reasons.append("idle reclaim: no Prometheus set")
             return None
-        measured = await r._measure(preemptor, eligible)
+        measured = await r.measure(preemptor, eligible)
         if measured is None:
             reasons.append("idle reclaim: GPU usage could not be measured")
             return None
@@ -345,7 +341,7 @@ class GangReclaimer:
         now = r.clock()
         for placed in placements:
             r.cache.reserve(placed.pod, placed.node, placed.gpus, now)
-            r._nominate(placed.pod, placed.node)
+            r.nominate(placed.pod, placed.node)
         self._report(request, chosen, dry_run=False)
         for placed in placements:
             try:

@@ -194,7 +194,7 @@ class Reclaimer:
         self._views: dict[str, PodInfo | None] = {}
         """Latest informer view of the preemptors being worked on or nominated (None: deleted);
         kept current by `PodWatch`."""
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()
         self.preemption = PriorityPreemption(
             preemption or PreemptionConfig(enabled=False),
             cache,
@@ -273,7 +273,19 @@ class Reclaimer:
                 break
             del self.nominations[key]
 
-    def _nominate(self, pod: PodInfo, node: str) -> None:
+    def begin_attempt(self, key: str) -> bool:
+        """Start an attempt for `key` (a pod, or a gang's unit key): False while its cooldown
+        lasts; otherwise the attempt is recorded (the cooldown restarts) and counted."""
+        self._prune()
+        if self.cooling_down(key):
+            return False
+        self._last_attempt.pop(key, None)
+        self._last_attempt[key] = self.clock()
+        self.stats.attempts += 1
+        return True
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        """Reserve the room made on `node` for `pod` (this UID) for `reservation_seconds`."""
         self.nominations.pop(pod.key, None)
         self.nominations[pod.key] = Nomination(node, pod.uid, self.clock())
 
@@ -285,14 +297,10 @@ class Reclaimer:
         be made) on, or None. Never raises for API or Prometheus trouble: it skips."""
         if not self.enabled:
             return None
-        self._prune()
-        if self.cooling_down(pod.key):
+        if not self.begin_attempt(pod.key):
             self._skip(pod, "cooldown", None)
             return None
-        self._last_attempt.pop(pod.key, None)
-        self._last_attempt[pod.key] = self.clock()
-        self.stats.attempts += 1
-        async with self._lock:
+        async with self.lock:
             self._views[pod.key] = pod
             try:
                 return await self._attempt(pod)
@@ -304,7 +312,7 @@ class Reclaimer:
                 del self._views[pod.key]
 
     async def _attempt(self, pod: PodInfo) -> str | None:
-        found = self._candidate_nodes(pod)
+        found = self.candidate_nodes(pod)
         if found is None:
             return None
         nodes, fit_message = found
@@ -322,18 +330,18 @@ class Reclaimer:
 
     async def _reclaim(self, pod: PodInfo, nodes: list[str]) -> str | None:
         """The first step: idle victims (see the module docstring)."""
-        victims = self._eligible(pod, nodes)
+        victims = self.eligible(pod, nodes)
         gangs = victim_gangs(self.cache, self.gangs, (v.pod for v in victims))
         mates = mate_nodes(self.cache, gangs) - set(nodes)
         if mates:  # a gang evicted only whole: its members elsewhere must be eligible too
-            victims = self._eligible(pod, [*nodes, *sorted(mates)])
+            victims = self.eligible(pod, [*nodes, *sorted(mates)])
         if not victims:
             self._skip(pod, "no_eligible_pods", None)
             return None
         if self.usage is None:
             self._skip(pod, "prometheus_not_configured", "reclaim skipped: no Prometheus set")
             return None
-        measured = await self._measure(pod, victims)
+        measured = await self.measure(pod, victims)
         if measured is None:
             return None
         idle = [v for v in measured if v.verdict is not None and v.verdict.idle]
@@ -363,7 +371,7 @@ class Reclaimer:
             return plan.node
         return await self._enforce(pod, plans)
 
-    def _candidate_nodes(self, pod: PodInfo) -> tuple[list[str], str] | None:
+    def candidate_nodes(self, pod: PodInfo) -> tuple[list[str], str] | None:
         """The nodes rejected only for reasons removing pods can fix, in snapshot order, and
         the failure message; None when the pod fits somewhere now."""
         snapshot = Snapshot(self.cache)
@@ -378,7 +386,7 @@ class Reclaimer:
             ]
         return nodes, diagnosis.message(snapshot.valid)
 
-    def _eligible(self, pod: PodInfo, nodes: list[str]) -> list[Victim]:
+    def eligible(self, pod: PodInfo, nodes: list[str]) -> list[Victim]:
         """The pods on `nodes` whose PriorityClass policy lets `pod` reclaim them."""
         now = self.wall_clock()
         victims: list[Victim] = []
@@ -415,7 +423,7 @@ class Reclaimer:
                 )
         return victims
 
-    async def _measure(self, pod: PodInfo, victims: list[Victim]) -> list[Victim] | None:
+    async def measure(self, pod: PodInfo, victims: list[Victim]) -> list[Victim] | None:
         """The victims with their verdicts, one Prometheus query per idle window. A window whose
         query fails or returns nothing leaves only its own pods unmeasured (never idle); only
         when every window failed does the attempt stop, saying why."""
@@ -612,7 +620,7 @@ class Reclaimer:
                 choice = choose_gpus(topology, used, pod.gpus) if pod.gpus else None
             gpus = tuple(choice.gpus) if choice is not None else ()
             self.cache.reserve(pod, node, gpus, self.clock())
-            self._nominate(pod, node)
+            self.nominate(pod, node)
             try:
                 await nominate(self.core, pod.namespace, pod.name, node)
             except (APIError, OSError, TimeoutError) as error:
