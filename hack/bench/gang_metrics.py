@@ -23,6 +23,8 @@ For every run (see `summarize`):
   scores 3/4 for one node). A member is in a domain when all its GPUs lie in one NVLink domain of
   its node. The domain share counts only gangs whose members ask at most the largest domain of
   the cluster (an 8-GPU member never fits one domain of 4);
+- member in one domain: of the members of started gangs asking 2 GPUs up to the largest domain,
+  the share whose own GPUs lie in one NVLink domain (what NCCL inside one pod sees);
 - rack-bound honoured: of started gangs with a rack constraint, those whose members are all in
   one rack;
 - GPUs idle while gangs wait: the mean number of unallocated GPUs over the time during which at
@@ -90,6 +92,8 @@ class RunMetrics:
     start_p99_s: float | None
     one_domain_pct: float | None
     domain_members: int
+    member_domain_pct: float | None
+    multi_gpu_members: int
     one_node_pct: float | None
     one_rack_pct: float | None
     rack_bound_started: int
@@ -229,7 +233,7 @@ def summarize(
     gangs = [job for job in jobs if job.job.gang]
     singles = [job for job in jobs if not job.job.gang]
     partial_gpu_s, partial_gangs, spreads, starts = 0.0, 0, [], []
-    members = in_node = in_rack = domain_members = in_domain = 0
+    members = in_node = in_rack = domain_members = in_domain = multi_gpu = multi_inside = 0
     rack_bound = rack_honoured = 0
     for job in gangs:
         held, spread = partial_gpu_seconds(job, end_s, burst_s)
@@ -250,8 +254,12 @@ def summarize(
             rack_bound += 1
             rack_honoured += len(set(racks)) == 1 and None not in racks
         if job.job.gpus <= largest_domain:
+            keys = [_domain_key(p, by_name, gpus_of) for p in placed]
             domain_members += len(placed)
-            in_domain += _dominant_share([_domain_key(p, by_name, gpus_of) for p in placed])
+            in_domain += _dominant_share(keys)
+            if job.job.gpus > 1:
+                multi_gpu += len(placed)
+                multi_inside += sum(key is not None for key in keys)
     idle, waiting_s = _free_while_waiting(jobs, end_s, capacity)
     return RunMetrics(
         run=run,
@@ -268,6 +276,8 @@ def summarize(
         start_p99_s=_quantile(starts, 0.99),
         one_domain_pct=_pct(in_domain, domain_members),
         domain_members=domain_members,
+        member_domain_pct=_pct(multi_inside, multi_gpu),
+        multi_gpu_members=multi_gpu,
         one_node_pct=_pct(in_node, members),
         one_rack_pct=_pct(in_rack, members),
         rack_bound_started=rack_bound,
@@ -298,6 +308,7 @@ RATIO_KEYS = (
     "start_p50_s",
     "start_p99_s",
     "one_domain_pct",
+    "member_domain_pct",
     "one_node_pct",
     "one_rack_pct",
     "idle_gpus_while_waiting",

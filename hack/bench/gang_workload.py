@@ -12,7 +12,7 @@ Jobs: a seeded sequence, arriving one every `60 / rate` seconds (a steady rate),
 - a single pod of 1, 2, 4 or 8 GPUs.
 
 A gang is shrunk (fewer members) so that it fits the empty cluster twice over (at most half the
-members of its size the cluster holds), or, bound to a rack, the emptiest smallest rack once; so
+members of its size the cluster holds), or, bound to a rack, the smallest rack once, empty; so
 every gang can start under every scheduler once the cluster has drained.
 
 Each job runs `duration` seconds once started (every member bound), then finishes: its pods and
@@ -41,7 +41,7 @@ MAX_MEMBERS = 16
 class Mix:
     """What the seeded job sequence looks like."""
 
-    jobs: int = 120
+    jobs: int = 80
     gang_share: float = 0.7
     """Share of jobs that are gangs; the rest are single pods."""
     rack_share: float = 0.3
@@ -50,8 +50,8 @@ class Mix:
     """Weights of 1, 2, 4 and 8 GPUs per gang member."""
     single_gpu_weights: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)
     """Weights of 1, 2, 4 and 8 GPUs per single pod."""
-    min_duration_s: float = 20.0
-    max_duration_s: float = 60.0
+    min_duration_s: float = 10.0
+    max_duration_s: float = 30.0
     load: float = 1.5
     """GPU-seconds asked per second, as a multiple of the cluster's GPUs."""
 

@@ -1,7 +1,7 @@
 """Gangs on one kwok cluster: kube-scheduler without gangs, with its gang plugins, gpu-scheduler.
 
-    python -m hack.bench.gangs [--racks 4] [--nodes-per-rack 6] [--jobs 120] [--load 1.5]
-        [--duration 20,60] [--tail-seconds 30] [--seed 0] [--burst-seconds 2] [-o json]
+    python -m hack.bench.gangs [--racks 4] [--nodes-per-rack 6] [--jobs 80] [--load 1.5]
+        [--duration 10,30] [--tail-seconds 30] [--seed 0] [--burst-seconds 2] [-o json]
 
 One local cluster (etcd, kube-apiserver, kube-controller-manager, kwok, kube-scheduler v1.37 with
 the GenericWorkload and TopologyAwareWorkloadScheduling feature gates, which turn on its
@@ -363,7 +363,8 @@ def table(results: Sequence[RunResult]) -> list[str]:
     lines = [
         f"{'run':<21} {'gangs':>9} {'singles':>9} {'partial':>7} {'partial GPU-s':>13} "
         f"{'gangs/min':>9} {'start p50 s':>11} {'p99 s':>7} {'1 domain %':>10} "
-        f"{'1 node %':>8} {'1 rack %':>8} {'rack-bound ok':>13} {'idle GPUs waiting':>17}"
+        f"{'member 1 domain %':>17} {'1 node %':>8} {'1 rack %':>8} {'rack-bound ok':>13} "
+        f"{'idle GPUs waiting':>17} {'burst s':>7}"
     ]
     for result in results:
         m = result.metrics
@@ -373,9 +374,11 @@ def table(results: Sequence[RunResult]) -> list[str]:
             f"{f'{m.singles_bound}/{m.singles}':>9} {m.partial_gangs:>7} "
             f"{_cell(m.partial_gpu_s):>13} {_cell(m.gangs_per_min, 2):>9} "
             f"{_cell(m.start_p50_s):>11} {_cell(m.start_p99_s):>7} "
-            f"{_cell(m.one_domain_pct):>10} {_cell(m.one_node_pct):>8} "
+            f"{_cell(m.one_domain_pct):>10} {_cell(m.member_domain_pct):>17} "
+            f"{_cell(m.one_node_pct):>8} "
             f"{_cell(m.one_rack_pct):>8} "
-            f"{f'{m.rack_bound_in_one_rack}/{m.rack_bound_started}':>13} {idle:>17}"
+            f"{f'{m.rack_bound_in_one_rack}/{m.rack_bound_started}':>13} {idle:>17} "
+            f"{_cell(m.max_spread_s, 2):>7}"
         )
     by_run = {r.metrics.run: r.metrics for r in results}
     if GPU_SCHEDULER in by_run and KUBE_GANGS in by_run:
@@ -399,9 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.bench.gangs", description=__doc__)
     parser.add_argument("--racks", type=int, default=4)
     parser.add_argument("--nodes-per-rack", type=int, default=6)
-    parser.add_argument("--jobs", type=int, default=120)
-    parser.add_argument("--load", type=float, default=1.5, help="demand / capacity")
-    parser.add_argument("--duration", default="20,60", help="min,max seconds a job runs")
+    defaults = Mix()
+    parser.add_argument("--jobs", type=int, default=defaults.jobs)
+    parser.add_argument("--load", type=float, default=defaults.load, help="demand / capacity")
+    parser.add_argument(
+        "--duration",
+        default=f"{defaults.min_duration_s:g},{defaults.max_duration_s:g}",
+        help="min,max seconds a job runs once started",
+    )
     parser.add_argument("--tail-seconds", type=float, default=30.0)
     parser.add_argument("--burst-seconds", type=float, default=DEFAULT_BURST_S)
     parser.add_argument("--seed", type=int, default=0)

@@ -166,6 +166,7 @@ def test_summary_of_one_packed_gang_and_one_spread_gang() -> None:
     assert (m.start_p50_s, m.start_p99_s) == (pytest.approx(1.1), pytest.approx(1.2))
     assert m.one_node_pct == pytest.approx(75.0) and m.one_rack_pct == pytest.approx(75.0)
     assert m.one_domain_pct == pytest.approx(75.0) and m.domain_members == 4
+    assert m.member_domain_pct == pytest.approx(100.0) and m.multi_gpu_members == 4
     assert (m.rack_bound_started, m.rack_bound_in_one_rack) == (1, 0)
     assert m.max_spread_s == pytest.approx(0.2)
 
@@ -178,6 +179,24 @@ def test_idle_gpus_are_averaged_over_the_time_some_gang_waits() -> None:
     assert m.idle_gpus_while_waiting == pytest.approx((4 * 5 + 8 * 1) / 6)
     assert m.idle_pct_while_waiting == pytest.approx(100 * (28 / 6) / 8)
     assert m.singles_bound == 1 and m.one_domain_pct == pytest.approx(50.0)  # 4 GPUs a domain
+    assert m.member_domain_pct == pytest.approx(100.0)
+
+
+def test_a_member_whose_gpus_span_two_domains_is_not_inside_one() -> None:
+    g2 = BenchNode("g2", 4, "rack-0", parse_domains("0-1,2-3", 4))
+    holders = outcome(
+        gang("h", members=2, gpus=1),
+        0.0,
+        PodOutcome("x", 1, 0.5, "g2", "0", None),
+        PodOutcome("y", 1, 0.5, "g2", "2", None),
+    )
+    members = outcome(
+        gang("g", members=2, gpus=2), 0.0, pod("a", 2, 1.0, node="g2"), pod("b", 2, 1.0)
+    )
+    m = summarize("run", [holders, members], [g2, BIG], end_s=10.0)
+    # GPUs 1 and 3 are left on g2, one in each domain: a spans both, b on big is in one
+    assert m.member_domain_pct == pytest.approx(50.0) and m.multi_gpu_members == 2
+    assert m.one_domain_pct == pytest.approx(100 * (1 + 1) / 4)
 
 
 def test_nothing_bound_gives_no_numbers_rather_than_zeros() -> None:
