@@ -23,7 +23,10 @@ process deletes its pods (grace 0) and its PodGroup. Members of a gang that neve
 stay bound until the run ends, holding their GPUs, as training workers waiting at a rendezvous do.
 A run lasts from the first submission to `tail-seconds` after the last; then whatever is left is
 deleted and the next run starts on empty nodes. The metrics and how they are counted are in
-`gang_metrics`; the table ends with gpu-scheduler / kube-scheduler-gangs ratios.
+`gang_metrics`; the table ends with gpu-scheduler / kube-scheduler-gangs ratios. One more
+column, from a watch on the run's PodGroups: how many the scheduler marked
+`PodGroupInitiallyScheduled=True`, which shows that its gang scheduling (not pod-by-pod placement
+that happened to bind every member) started them.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ from scheduler.kube.informer import Informer, KubeObject
 from topology.occupancy import GPUS_ANNOTATION
 
 GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
+SCHEDULED = "PodGroupInitiallyScheduled"
 JOB_LABEL = "bench.gpu-scheduler.io/job"
 PLAIN, KUBE_GANGS, GPU_SCHEDULER = "kube-scheduler", "kube-scheduler-gangs", "gpu-scheduler"
 RUNS = (PLAIN, KUBE_GANGS, GPU_SCHEDULER)
@@ -106,6 +110,9 @@ class RunResult:
 
     metrics: RunMetrics
     outcomes: tuple[JobOutcome, ...]
+    groups_scheduled: int | None = None
+    """PodGroups the scheduler marked PodGroupInitiallyScheduled=True (None: no PodGroups),
+    evidence that its gang scheduling, not pod-by-pod placement, started them."""
 
 
 class PodTimeline:
@@ -138,6 +145,27 @@ class PodTimeline:
     def on_delete(self, obj: KubeObject) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
         self.deleted_at.setdefault(name, self.clock())
+
+
+class GroupConditions:
+    """Informer handler: the PodGroups seen with PodGroupInitiallyScheduled=True."""
+
+    def __init__(self) -> None:
+        self.scheduled: set[str] = set()
+
+    def _see(self, obj: KubeObject) -> None:
+        for condition in (obj.get("status") or {}).get("conditions") or ():
+            if condition.get("type") == SCHEDULED and condition.get("status") == "True":
+                self.scheduled.add((obj.get("metadata") or {}).get("name", ""))
+
+    def on_add(self, obj: KubeObject) -> None:
+        self._see(obj)
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self._see(new)
+
+    def on_delete(self, obj: KubeObject) -> None:
+        self._see(obj)
 
 
 # -- objects -----------------------------------------------------------------------------------
@@ -200,6 +228,12 @@ async def run_jobs(
     informer = Informer(
         f"bench-{label}", functools.partial(core.list_namespaced_pod, namespace), seen
     )
+    conditions = GroupConditions()
+    group_informer = Informer(
+        f"bench-{label}-groups",
+        functools.partial(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
+        conditions,
+    )
     gate = asyncio.Semaphore(options.create_concurrency)
     created: dict[str, float] = {}
     finishing: set[str] = set()
@@ -244,8 +278,10 @@ async def run_jobs(
             )
 
     watch = asyncio.create_task(informer.run())
+    group_watch = asyncio.create_task(group_informer.run())
     try:
         await informer.synced.wait()
+        await group_informer.synced.wait()
         t0 = clock()
         end = t0 + window_s(jobs) + options.tail_s
         pending = list(jobs)
@@ -267,9 +303,9 @@ async def run_jobs(
         end_s = clock() - t0
         await asyncio.gather(*tasks)
     finally:
-        for task in (watch, *tasks):
+        for task in (watch, group_watch, *tasks):
             task.cancel()
-        await asyncio.gather(watch, *tasks, return_exceptions=True)
+        await asyncio.gather(watch, group_watch, *tasks, return_exceptions=True)
 
     def since(at: float | None) -> float | None:
         return None if at is None else at - t0
@@ -301,7 +337,7 @@ async def run_jobs(
         options.create_concurrency,
     )
     metrics = summarize(label, outcomes, nodes, end_s, options.burst_s)
-    return RunResult(metrics, outcomes)
+    return RunResult(metrics, outcomes, len(conditions.scheduled) if groups else None)
 
 
 async def side_by_side(
@@ -364,7 +400,7 @@ def table(results: Sequence[RunResult]) -> list[str]:
         f"{'run':<21} {'gangs':>9} {'singles':>9} {'partial':>7} {'partial GPU-s':>13} "
         f"{'gangs/min':>9} {'start p50 s':>11} {'p99 s':>7} {'1 domain %':>10} "
         f"{'member 1 domain %':>17} {'1 node %':>8} {'1 rack %':>8} {'rack-bound ok':>13} "
-        f"{'idle GPUs waiting':>17} {'burst s':>7}"
+        f"{'idle GPUs waiting':>17} {'burst s':>7} {'PodGroups scheduled':>19}"
     ]
     for result in results:
         m = result.metrics
@@ -378,7 +414,8 @@ def table(results: Sequence[RunResult]) -> list[str]:
             f"{_cell(m.one_node_pct):>8} "
             f"{_cell(m.one_rack_pct):>8} "
             f"{f'{m.rack_bound_in_one_rack}/{m.rack_bound_started}':>13} {idle:>17} "
-            f"{_cell(m.max_spread_s, 2):>7}"
+            f"{_cell(m.max_spread_s, 2):>7} "
+            f"{'-' if result.groups_scheduled is None else result.groups_scheduled:>19}"
         )
     by_run = {r.metrics.run: r.metrics for r in results}
     if GPU_SCHEDULER in by_run and KUBE_GANGS in by_run:
@@ -393,7 +430,7 @@ def document(results: Sequence[RunResult], options: Options) -> dict[str, Any]:
     by_run = {r.metrics.run: r.metrics for r in results}
     return {
         "options": {**asdict(options), "node_selector": dict(options.node_selector)},
-        "runs": [asdict(r.metrics) for r in results],
+        "runs": [{**asdict(r.metrics), "groups_scheduled": r.groups_scheduled} for r in results],
         "ratios": ratios(by_run[GPU_SCHEDULER], by_run[KUBE_GANGS]),
     }
 

@@ -51,7 +51,12 @@ async def test_three_runs_report_numbers_and_gpu_scheduler_starts_gangs_whole(
         assert 0 <= m.start_p50_s <= m.start_p99_s
         assert m.one_node_pct is not None and m.one_rack_pct is not None
         assert m.seconds > 0
-    ours = results[-1].metrics
+    plain, kube_gangs, gpu = results
+    assert plain.groups_scheduled is None
+    for result in (kube_gangs, gpu):  # each scheduler's own gang cycle started them
+        assert result.groups_scheduled is not None
+        assert 1 <= result.groups_scheduled <= result.metrics.gangs_started
+    ours = gpu.metrics
     assert (ours.partial_gangs, ours.partial_gpu_s) == (0, 0.0), ours
     assert ours.rack_bound_in_one_rack == ours.rack_bound_started
     assert ours.domain_members > 0 and ours.one_domain_pct is not None

@@ -28,7 +28,7 @@ from hack.bench.gang_workload import (
     rack_specs,
     window_s,
 )
-from hack.bench.gangs import job_pods, pod_group_manifest
+from hack.bench.gangs import GroupConditions, PodTimeline, job_pods, pod_group_manifest
 from topology.domains import parse_domains
 
 BIG = BenchNode("big", 8, "rack-0", parse_domains("0-3,4-7", 8))
@@ -109,6 +109,38 @@ def test_pods_name_their_pod_group_only_in_the_gang_runs() -> None:
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
     assert group["spec"]["schedulingConstraints"] == {"topology": [{"key": RACK_LABEL}]}
     assert "schedulingConstraints" not in pod_group_manifest(gang(rack_bound=False))["spec"]
+
+
+def test_the_pod_watch_keeps_the_first_binding_and_the_deletion() -> None:
+    now = iter([1.0, 2.0, 3.0, 4.0])
+    timeline = PodTimeline(clock=lambda: next(now))
+    pending = {"metadata": {"name": "p"}, "spec": {}}
+    bound = {
+        "metadata": {"name": "p", "annotations": {"gpu-scheduler.io/gpus": "0,1"}},
+        "spec": {"nodeName": "n1"},
+    }
+    timeline.on_add(pending)
+    timeline.on_update(pending, bound)
+    timeline.on_update(bound, bound)
+    timeline.on_delete(bound)
+    assert (timeline.bound_at, timeline.node, timeline.gpus) == (
+        {"p": 1.0},
+        {"p": "n1"},
+        {"p": "0,1"},
+    )
+    assert timeline.deleted_at == {"p": 2.0}
+
+
+def test_only_pod_groups_marked_initially_scheduled_true_count() -> None:
+    def group(name: str, status: str) -> dict[str, object]:
+        condition = {"type": "PodGroupInitiallyScheduled", "status": status}
+        return {"metadata": {"name": name}, "status": {"conditions": [condition]}}
+
+    seen = GroupConditions()
+    seen.on_add(group("a", "False"))
+    seen.on_add({"metadata": {"name": "b"}})
+    seen.on_update(group("c", "False"), group("c", "True"))
+    assert seen.scheduled == {"c"}
 
 
 # -- metrics -----------------------------------------------------------------------------------
