@@ -38,7 +38,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
@@ -239,9 +239,8 @@ async def run_jobs(
     finishing: set[str] = set()
     tasks: set[asyncio.Task[None]] = set()
 
-    def spawn(coroutine: Any) -> None:
-        task: asyncio.Task[None] = asyncio.create_task(coroutine)
-        tasks.add(task)
+    def spawn(coroutine: Coroutine[Any, Any, None]) -> None:
+        tasks.add(asyncio.create_task(coroutine))
 
     async def create(body: dict[str, Any]) -> None:
         async with gate:
