@@ -48,6 +48,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -318,6 +319,7 @@ class RealNode:
                     socket=self.socket,
                     ca_file=self.cluster.pki.ca_cert,
                     address=self.host_ip,
+                    ports=(free_port_on(self.host_ip), free_port_on("127.0.0.1")),
                     pod_logs=self.folder / "pod-logs",
                     max_pods=self.config.max_pods,
                 )
@@ -404,10 +406,10 @@ class RealNode:
 
     def _start_kube_proxy(self) -> None:
         assert self.binaries is not None
-        from hack.localcluster.cluster import _http_ok, free_port
+        from hack.localcluster.cluster import _http_ok
 
         kubeconfig = self._client_kubeconfig("kube-proxy", "system:kube-proxy", None)
-        healthz, metrics = free_port(), free_port()
+        healthz, metrics = free_port_on("127.0.0.1"), free_port_on("127.0.0.1")
         config = self.folder / "kube-proxy.yaml"
         config.write_text(
             yaml.safe_dump(
@@ -680,7 +682,12 @@ disabled_plugins = [
 
 
 def kubelet_config(
-    socket: Path, ca_file: Path, address: str, pod_logs: Path, max_pods: int
+    socket: Path,
+    ca_file: Path,
+    address: str,
+    ports: tuple[int, int],
+    pod_logs: Path,
+    max_pods: int,
 ) -> dict[str, object]:
     """The KubeletConfiguration: cgroupfs on cgroup v1 (refused since 1.35 unless
     `failCgroupV1: false`), its own cgroup root, client-certificate authentication with every
@@ -694,10 +701,10 @@ def kubelet_config(
         "cgroupRoot": f"/{CGROUP_NAME}",
         "containerRuntimeEndpoint": f"unix://{socket}",
         "address": address,
-        "port": _free_port_on(address),
+        "port": ports[0],
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
-        "healthzPort": _free_port_on("127.0.0.1"),
+        "healthzPort": ports[1],
         "authentication": {
             "anonymous": {"enabled": False},
             "webhook": {"enabled": False},
@@ -749,9 +756,8 @@ def kube_proxy_config(
     }
 
 
-def _free_port_on(address: str) -> int:
-    import socket
-
+def free_port_on(address: str) -> int:
+    """A TCP port on `address` that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((address, 0))
         return int(sock.getsockname()[1])
