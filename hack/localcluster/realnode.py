@@ -37,6 +37,8 @@ their sandboxes to go, stops kube-proxy and removes its rules (`kube-proxy --cle
 kubelet and containerd, kills whatever still runs in the node's cgroups, unmounts what is mounted
 under the node's folder, removes the bridge, the cgroups and the files CNI and kubelet left in
 their fixed folders, and restores the sysctls they changed. It is safe to call more than once.
+What it needs is kept in the lock file while the node runs (`HostRecord`), so a start after a
+launcher that died without its teardown (SIGKILL) cleans up what that one left.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -199,9 +201,10 @@ class RealNode:
         self.timings: dict[str, float] = {}
         """Seconds each start step took: containerd, images, kubelet (to node Ready), kube-proxy."""
         self._lock: IO[str] | None = None
-        self._sysctls: dict[str, str] = {}
-        self._created_paths: list[Path] = []
-        self._nft_tables: set[str] = set()
+        self._record = HostRecord(folder=self.folder)
+        self.recovered: HostRecord | None = None
+        """What a previous real node, whose launcher died before its teardown, left recorded in
+        the lock file; cleaned up at this start."""
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -210,15 +213,16 @@ class RealNode:
         with its pod CIDR, then kube-proxy until healthy. Raises RealNodeError or ComponentError
         (naming the part and its log); whatever was started is torn down before it propagates."""
         try:
-            self._take_lock()
             self.binaries = node_binaries()
+            self._take_lock()
             self.host_ip = host_ip()
-            self._remember_host()
             self.folder.mkdir(parents=True, exist_ok=True)
             runtime = Path("/run") if Path("/run").is_dir() else Path(tempfile.gettempdir())
             self.socket_dir = Path(tempfile.mkdtemp(prefix="gpus-node-", dir=runtime))
             self.socket = self.socket_dir / "containerd.sock"
             self.kubelet_root = self.socket_dir / "kubelet"
+            self._record = HostRecord.now(self.folder, self.socket_dir)
+            self._write_record()
             self._timed("containerd", self._start_containerd)
             self._timed("images", self._import_images)
             self._timed("kubelet", self._start_kubelet)
@@ -246,21 +250,22 @@ class RealNode:
                 f"another real node runs on this machine ({LOCK_FILE}: {holder}); "
                 "one at a time, since its bridge and iptables rules are host-wide"
             ) from None
-        lock.truncate(0)
-        lock.write(f"pid {os.getpid()}, folder {self.folder}\n")
-        lock.flush()
         self._lock = lock
+        lock.seek(0)
+        previous = HostRecord.from_json(lock.read())
+        if previous is not None:  # its launcher died before tearing it down
+            self.recovered = previous
+            clean_host(previous, self.binaries.kube_proxy if self.binaries else None)
+        self._write_record()
 
-    def _remember_host(self) -> None:
-        """Record the sysctls to restore, and which fixed folders exist before starting."""
-        for name in hoststate.SYSCTLS:
-            path = Path("/proc/sys") / name
-            if path.is_file():
-                self._sysctls[name] = path.read_text().strip()
-        self._nft_tables = nft_tables()
-        for watched in (*hoststate.WATCHED_PATHS, "/run/containerd/s"):
-            if not Path(watched).exists():
-                self._created_paths.append(Path(watched))
+    def _write_record(self) -> None:
+        """Keep what teardown needs in the lock file, for the next start if this process dies
+        before `stop` (its components die with it, but not mounts, shims, rules or sysctls)."""
+        assert self._lock is not None
+        self._lock.seek(0)
+        self._lock.truncate(0)
+        self._lock.write(self._record.to_json())
+        self._lock.flush()
 
     def _start_containerd(self) -> None:
         assert self.binaries is not None
@@ -433,28 +438,15 @@ class RealNode:
         running = {c.name for c in self.processes.components if c.alive()}
         if "kubelet" in running:
             self._drain()
-        if "kube-proxy" in running and self.binaries is not None:
-            self._stop_component("kube-proxy")
-        if self.binaries is not None and self.binaries.kube_proxy.is_file():
-            subprocess.run(
-                [str(self.binaries.kube_proxy), "--cleanup", "--v=0"],
-                capture_output=True,
-                check=False,
-            )
+        self._stop_component("kube-proxy")
         self._stop_component("kubelet")
-        remove_kube_iptables(self._nft_tables)
         if self.cluster.binaries is not None:
             self.cluster.kubectl("delete", "node", self.name, "--ignore-not-found", check=False)
         self.processes.stop()
-        self._kill_leftovers()
-        self._unmount()
-        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
-        self._remove_cgroups()
-        self._remove_host_files()
-        if self.socket_dir is not None:
-            shutil.rmtree(self.socket_dir, ignore_errors=True)
-            self.socket_dir = None
-        self._restore_sysctls()
+        clean_host(self._record, self.binaries.kube_proxy if self.binaries else None)
+        self.socket_dir = None
+        self._record = HostRecord(folder=self.folder)
+        self._write_record()  # an empty record: nothing left to clean
         self._lock.close()
         self._lock = None
 
@@ -482,64 +474,147 @@ class RealNode:
                 return
             time.sleep(0.5)
 
-    def _kill_leftovers(self) -> None:
-        """SIGKILL containerd's shims of this node and every process left in its cgroups."""
-        pids = {int(line.split()[0]) for line in hoststate.processes_mentioning(str(self.socket))}
-        for cgroup in hoststate.cgroups_named(CGROUP_NAME):
-            try:
-                pids.update(int(p) for p in Path(cgroup, "cgroup.procs").read_text().split())
-            except OSError:
-                continue
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
 
-    def _unmount(self) -> None:
-        for _ in range(3):
-            points = hoststate.mounts_under(self.folder)
-            if self.socket_dir is not None:
-                points = hoststate.mounts_under(self.socket_dir) + points
-            if not points:
-                return
-            for point in points:
-                subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+@dataclass(frozen=True)
+class HostRecord:
+    """What teardown needs to put the host back: the node's folders, the sysctls and nftables
+    tables as they were before the start, and the fixed folders that did not exist then."""
 
-    def _remove_cgroups(self) -> None:
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            remaining = hoststate.cgroups_named(CGROUP_NAME)
-            if not remaining:
-                return
-            for cgroup in sorted(remaining, key=len, reverse=True):
-                try:
-                    os.rmdir(cgroup)
-                except OSError:
-                    continue
-            time.sleep(0.2)
+    folder: Path
+    socket_dir: Path | None = None
+    sysctls: dict[str, str] = field(default_factory=dict)
+    nft_tables: frozenset[str] = frozenset()
+    created_paths: tuple[Path, ...] = ()
 
-    def _remove_host_files(self) -> None:
-        """CNI's result cache and kubelet's log links live in fixed folders: remove this node's
-        entries, and the folders themselves when they did not exist before the start."""
-        for result in (CNI_STATE / "results").glob(f"{CNI_NETWORK}-*"):
-            result.unlink(missing_ok=True)
-        if CONTAINER_LOG_LINKS.is_dir():
-            for link in CONTAINER_LOG_LINKS.iterdir():
-                if link.is_symlink() and os.readlink(link).startswith(str(self.folder)):
-                    link.unlink()
-        for path in sorted(self._created_paths, key=lambda p: len(str(p)), reverse=True):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-
-    def _restore_sysctls(self) -> None:
-        for name, value in self._sysctls.items():
+    @classmethod
+    def now(cls, folder: Path, socket_dir: Path) -> HostRecord:
+        """The host as it is before a start."""
+        sysctls = {}
+        for name in hoststate.SYSCTLS:
             path = Path("/proc/sys") / name
+            if path.is_file():
+                sysctls[name] = path.read_text().strip()
+        created = tuple(
+            Path(watched)
+            for watched in (*hoststate.WATCHED_PATHS, "/run/containerd/s")
+            if not Path(watched).exists()
+        )
+        return cls(folder, socket_dir, sysctls, frozenset(nft_tables()), created)
+
+    def to_json(self) -> str:
+        """One JSON line; empty for a record with nothing to clean (no socket folder)."""
+        if self.socket_dir is None:
+            return ""
+        return json.dumps(
+            {
+                "folder": str(self.folder),
+                "socket_dir": str(self.socket_dir),
+                "sysctls": self.sysctls,
+                "nft_tables": sorted(self.nft_tables),
+                "created_paths": [str(p) for p in self.created_paths],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> HostRecord | None:
+        """The record in `text`, or None when it is empty or not a record."""
+        try:
+            data = json.loads(text)
+            return cls(
+                folder=Path(data["folder"]),
+                socket_dir=Path(data["socket_dir"]),
+                sysctls={str(k): str(v) for k, v in data["sysctls"].items()},
+                nft_tables=frozenset(map(str, data["nft_tables"])),
+                created_paths=tuple(Path(p) for p in data["created_paths"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def clean_host(record: HostRecord, kube_proxy: Path | None) -> None:
+    """Put the host back as `record` says it was, once kubelet, kube-proxy and containerd are
+    stopped: kube-proxy's and kubelet's iptables rules, processes left in the node's cgroups and
+    containerd's shims, mounts under its folders, the bridge, the cgroups, CNI's and kubelet's
+    files in fixed folders, the socket folder, the sysctls."""
+    if kube_proxy is not None and kube_proxy.is_file():
+        subprocess.run([str(kube_proxy), "--cleanup", "--v=0"], capture_output=True, check=False)
+    remove_kube_iptables(set(record.nft_tables))
+    folders = [record.folder] + ([record.socket_dir] if record.socket_dir else [])
+    _kill_leftovers(folders)
+    _unmount(folders)
+    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+    _remove_cgroups()
+    _remove_host_files(record)
+    if record.socket_dir is not None:
+        shutil.rmtree(record.socket_dir, ignore_errors=True)
+    _restore_sysctls(record.sysctls)
+
+
+def _kill_leftovers(folders: list[Path]) -> None:
+    """SIGKILL every process that names one of `folders` (containerd's shims name its socket)
+    and every process left in the node's cgroups."""
+    pids = {
+        int(line.split()[0])
+        for folder in folders
+        for line in hoststate.processes_mentioning(str(folder))
+    }
+    for cgroup in hoststate.cgroups_named(CGROUP_NAME):
+        try:
+            pids.update(int(p) for p in Path(cgroup, "cgroup.procs").read_text().split())
+        except OSError:
+            continue
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+
+
+def _unmount(folders: list[Path]) -> None:
+    for _ in range(3):
+        points = [point for folder in folders for point in hoststate.mounts_under(folder)]
+        if not points:
+            return
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def _remove_cgroups() -> None:
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        remaining = hoststate.cgroups_named(CGROUP_NAME)
+        if not remaining:
+            return
+        for cgroup in sorted(remaining, key=len, reverse=True):
             try:
-                if path.read_text().strip() != value:
-                    path.write_text(value)
+                os.rmdir(cgroup)
             except OSError:
                 continue
+        time.sleep(0.2)
+
+
+def _remove_host_files(record: HostRecord) -> None:
+    """CNI's result cache and kubelet's log links live in fixed folders: remove this node's
+    entries, and the folders themselves when they did not exist before the start."""
+    for result in (CNI_STATE / "results").glob(f"{CNI_NETWORK}-*"):
+        result.unlink(missing_ok=True)
+    if CONTAINER_LOG_LINKS.is_dir():
+        for link in CONTAINER_LOG_LINKS.iterdir():
+            if link.is_symlink() and os.readlink(link).startswith(str(record.folder)):
+                link.unlink()
+    for path in sorted(record.created_paths, key=lambda p: len(str(p)), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _restore_sysctls(sysctls: dict[str, str]) -> None:
+    for name, value in sysctls.items():
+        path = Path("/proc/sys") / name
+        try:
+            if path.read_text().strip() != value:
+                path.write_text(value)
+        except OSError:
+            continue
 
 
 def can_lower_oom_score() -> bool:

@@ -9,6 +9,8 @@ same machine, and its teardown leaves nothing behind on the host.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from ipaddress import ip_address, ip_network
@@ -19,6 +21,7 @@ import pytest
 
 from hack.localcluster import ClusterConfig, LocalCluster, hoststate
 from hack.localcluster.binaries import pinned_versions
+from hack.localcluster.cluster import REPO_ROOT
 from hack.localcluster.realnode import (
     BRIDGE,
     CGROUP_NAME,
@@ -108,6 +111,73 @@ def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
     assert during.mounts and during.cgroups and during.processes
     assert any("KUBE-SERVICES" in rule for rule in during.iptables)
     assert hoststate.differences(before, after) == []
+
+
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from hack.localcluster import ClusterConfig, LocalCluster
+from hack.localcluster.realnode import PAUSE_IMAGE
+folder = Path(sys.argv[1])
+cluster = LocalCluster(ClusterConfig(work_dir=folder / "cluster", real_node=True,
+                                     kube_scheduler=False, prometheus=False, fake_dcgm=False))
+cluster.start()
+pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper", "namespace": "default"},
+       "spec": {"nodeName": cluster.real_node.name, "containers": [
+           {"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}
+(folder / "pod.json").write_text(json.dumps(pod))
+for _ in range(120):
+    if cluster.kubectl("apply", "-f", str(folder / "pod.json"), check=False).returncode == 0:
+        break
+    time.sleep(0.5)
+for _ in range(240):
+    phase = cluster.kubectl("get", "pod", "sleeper", "-o", "jsonpath={.status.phase}").stdout
+    if phase == "Running":
+        break
+    time.sleep(0.5)
+print(phase, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_launcher_is_cleaned_up_by_the_next_start(tmp_path: Path) -> None:
+    """A launcher killed with SIGKILL takes its components with it (PR_SET_PDEATHSIG), but not
+    the pod's shim, mounts, bridge, rules, cgroups or sysctls: the next real node's start cleans
+    those up from the record in the lock file."""
+    node_folder = tmp_path / "cluster" / "node"
+    before = hoststate.snapshot(node_folder, CGROUP_NAME)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert launcher.stdout is not None
+        assert launcher.stdout.readline().strip() == "Running"
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=60)
+    time.sleep(2)  # its children get SIGKILL from the kernel as it dies
+    left = hoststate.snapshot(node_folder, CGROUP_NAME)
+    assert BRIDGE in left.links and left.cgroups, hoststate.differences(before, left)
+
+    cluster = LocalCluster(
+        ClusterConfig(
+            work_dir=tmp_path / "next",
+            real_node=True,
+            kube_scheduler=False,
+            prometheus=False,
+            fake_dcgm=False,
+        )
+    )
+    try:
+        cluster.start()
+        assert cluster.real_node is not None and cluster.real_node.recovered is not None
+        assert cluster.real_node.recovered.folder == node_folder
+    finally:
+        cluster.stop()
+    assert hoststate.differences(before, hoststate.snapshot(node_folder, CGROUP_NAME)) == []
 
 
 def test_node_is_ready_with_its_pod_cidr(real_node_cluster: LocalCluster) -> None:

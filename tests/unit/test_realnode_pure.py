@@ -24,6 +24,7 @@ from hack.localcluster.realnode import (
     BRIDGE,
     CGROUP_NAME,
     PAUSE_IMAGE,
+    HostRecord,
     NodeBinaries,
     cni_config,
     containerd_config,
@@ -184,3 +185,18 @@ def test_build_binaries_builds_the_node_only_when_asked(tmp_path: Path) -> None:
     assert Path(folders["NODE_IMAGES_BIN"], "probe").is_file()
     # The control plane was cached by the first run: only the node's parts were built.
     assert node.stderr.count(" built in ") == 2, node.stderr
+
+
+def test_host_record_round_trips_through_the_lock_file_text() -> None:
+    record = HostRecord(
+        folder=Path("/w/node"),
+        socket_dir=Path("/run/gpus-node-x"),
+        sysctls={"kernel/panic": "1"},
+        nft_tables=frozenset({"ip filter"}),
+        created_paths=(Path("/var/lib/cni"),),
+    )
+    assert HostRecord.from_json(record.to_json()) == record
+    # A clean stop leaves an empty record; garbage is no record either.
+    assert HostRecord(folder=Path("/w/node")).to_json() == ""
+    for text in ("", "pid 12, folder /w", "[]", '{"folder": "/w"}'):
+        assert HostRecord.from_json(text) is None
