@@ -6,6 +6,14 @@
 #   $GPU_SCHEDULER_CACHE/bin/etcd-<v>/etcd
 #   $GPU_SCHEDULER_CACHE/bin/kwok-<v>/kwok
 #
+# With --node (or GPU_SCHEDULER_REAL_NODE=1) it also builds what the local cluster's opt-in real
+# node runs (hack/localcluster/realnode.py), as components of their own so that a machine with the
+# control plane cached does not rebuild it, and one without the flag never builds them:
+#
+#   $GPU_SCHEDULER_CACHE/bin/kubernetes-node-<v>/{kubelet,kube-proxy}   same k8s.io/kubernetes module
+#   $GPU_SCHEDULER_CACHE/bin/node-images-<hash>/{pause,probe}           hack/localcluster/images,
+#                                                                        <hash> of its sources
+#
 # GPU_SCHEDULER_CACHE defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler. A component is
 # rebuilt only when one of its binaries is missing; a build lands in a temporary folder first and is
 # moved into place whole, so an interrupted build never leaves a half-filled version folder.
@@ -18,8 +26,17 @@
 # Output: one line per component on stderr, with its elapsed time ("etcd v3.6.5: built in 41 s");
 # everything go prints goes to $GPU_SCHEDULER_CACHE/build/build.log instead, and its last lines are
 # printed only when a step fails. Prints the cache folder of each component on the last lines of
-# stdout: KUBERNETES_BIN=..., ETCD_BIN=..., KWOK_BIN=...
+# stdout: KUBERNETES_BIN=..., ETCD_BIN=..., KWOK_BIN=... (and KUBERNETES_NODE_BIN=...,
+# NODE_IMAGES_BIN=... with --node)
 set -euo pipefail
+
+real_node="${GPU_SCHEDULER_REAL_NODE:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --node) real_node=1 ;;
+    *) printf 'usage: %s [--node]\n' "$0" >&2; exit 2 ;;
+  esac
+done
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
@@ -65,16 +82,20 @@ quiet() { # what, command...
 begin() { printf '[build-binaries %s] %s: building ...' "$(date +%H:%M:%S)" "$1" >&2; }
 done_in() { printf ' built in %d s into %s\n' "$(( SECONDS - $1 ))" "$2" >&2; }
 
+# build_kubernetes [<component> <binaries...>]: the commands k8s.io/kubernetes/cmd/<binary> of the
+# pinned version into $cache/bin/<component>-<v>; by default the control plane's.
 build_kubernetes() {
-  local version="$KUBERNETES_VERSION"
-  local out="$cache/bin/kubernetes-$version"
+  local component="${1:-kubernetes}"
   local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-  if have_all "$out" "${bins[@]}"; then log "kubernetes $version: cached in $out"; return; fi
+  [[ $# -gt 1 ]] && bins=("${@:2}")
+  local version="$KUBERNETES_VERSION"
+  local out="$cache/bin/$component-$version"
+  if have_all "$out" "${bins[@]}"; then log "$component $version: cached in $out"; return; fi
   local started=$SECONDS
   local staging_version="v0.${version#v1.}"
-  local work="$cache/build/kubernetes-$version"
+  local work="$cache/build/$component-$version"
   rm -rf "$work" && mkdir -p "$work"
-  begin "kubernetes $version"
+  begin "$component $version"
   quiet "kubernetes $version: downloading its module" go mod download -json "k8s.io/kubernetes@$version"
   local gomod
   gomod="$(go mod download -json "k8s.io/kubernetes@$version" 2>>"$build_log" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
@@ -82,7 +103,7 @@ build_kubernetes() {
   staging="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\1#p' "$gomod")"
   [[ -n "$staging" ]] || { echo >&2; log "no staging replaces found in $gomod"; exit 1; }
   {
-    echo "module gpu-scheduler.local/kubernetes-build"
+    echo "module gpu-scheduler.local/$component-build"
     echo
     echo "go 1.24.0"
     echo
@@ -101,7 +122,7 @@ build_kubernetes() {
     for b in "${bins[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$b\""; done
     echo ")"
   } >"$work/tools.go"
-  (cd "$work" && quiet "kubernetes $version: resolving modules" go mod tidy -e)
+  (cd "$work" && quiet "$component $version: resolving modules" go mod tidy -e)
   local commit
   commit="$(go mod download -json "k8s.io/kubernetes@$version" 2>>"$build_log" | sed -n 's/.*"Hash": "\(.*\)".*/\1/p' | head -n1)"
   local minor="${version#v1.}"; minor="${minor%%.*}"
@@ -113,7 +134,7 @@ build_kubernetes() {
   rm -rf "$tmp" && mkdir -p "$tmp"
   local targets=()
   for b in "${bins[@]}"; do targets+=("k8s.io/kubernetes/cmd/$b"); done
-  (cd "$work" && quiet "kubernetes $version: compiling" go build -tags tools -trimpath -ldflags "$ldflags" -o "$tmp/" "${targets[@]}")
+  (cd "$work" && quiet "$component $version: compiling" go build -tags tools -trimpath -ldflags "$ldflags" -o "$tmp/" "${targets[@]}")
   rm -rf "$out" && mv "$tmp" "$out"
   done_in "$started" "$out"
 }
@@ -167,6 +188,24 @@ build_kwok() {
   done_in "$started" "$out"
 }
 
+# The sandbox (pause) and probe programs of the real node's images, static, from the Go module in
+# hack/localcluster/images (standard library only); cached under a hash of its sources.
+build_node_images() {
+  local src="$here/localcluster/images"
+  local hash
+  hash="$(cd "$src" && find . -type f \( -name '*.go' -o -name go.mod \) | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)"
+  local out="$cache/bin/node-images-$hash"
+  NODE_IMAGES_OUT="$out"
+  if have_all "$out" pause probe; then log "node images $hash: cached in $out"; return; fi
+  local started=$SECONDS
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  begin "node images $hash"
+  (cd "$src" && quiet "node images: compiling" go build -trimpath -ldflags "-s -w" -o "$tmp/" ./pause ./probe)
+  rm -rf "$out" && mv "$tmp" "$out"
+  done_in "$started" "$out"
+}
+
 command -v go >/dev/null || { log "go is not installed; install Go >= 1.24 first"; exit 1; }
 total=$SECONDS
 if ! have_all "$cache/bin/kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubectl \
@@ -176,7 +215,15 @@ fi
 build_etcd
 build_kwok
 build_kubernetes
+if [[ "$real_node" == 1 ]]; then
+  build_kubernetes kubernetes-node kubelet kube-proxy
+  build_node_images
+fi
 log "all binaries ready in $((SECONDS - total)) s"
 echo "KUBERNETES_BIN=$cache/bin/kubernetes-$KUBERNETES_VERSION"
 echo "ETCD_BIN=$cache/bin/etcd-$ETCD_VERSION"
 echo "KWOK_BIN=$cache/bin/kwok-$KWOK_VERSION"
+if [[ "$real_node" == 1 ]]; then
+  echo "KUBERNETES_NODE_BIN=$cache/bin/kubernetes-node-$KUBERNETES_VERSION"
+  echo "NODE_IMAGES_BIN=$NODE_IMAGES_OUT"
+fi

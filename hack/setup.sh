@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything gpu-scheduler's demo and tests need, skipping what is already there:
-#   1. Debian's `prometheus` package (apt-get; as root, or through sudo),
+#   1. Debian's packages (apt-get; as root, or through sudo): `prometheus`, and what the local
+#      cluster's opt-in real node runs (hack/localcluster/realnode.py): `containerd`, `runc`,
+#      `containernetworking-plugins`, `iptables`, `conntrack`, `nftables`,
 #   2. the virtualenv .venv with the project and its test extra (re-installed when pyproject.toml changes),
 #   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository).
 # Needs: Python >= 3.11, Go >= 1.24, and a Debian-like system for apt-get.
@@ -18,13 +20,27 @@ sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
 command -v go >/dev/null || { log "Go >= 1.24 is required to build the Kubernetes binaries"; exit 1; }
 
-if ! command -v prometheus >/dev/null; then
-  log "installing Debian's prometheus package"
+# Debian package -> a file it installs (present means installed).
+declare -A packages=(
+  [prometheus]=/usr/bin/prometheus
+  [containerd]=/usr/bin/containerd
+  [runc]=/usr/sbin/runc
+  [containernetworking-plugins]=/usr/lib/cni/bridge
+  [iptables]=/usr/sbin/iptables
+  [conntrack]=/usr/sbin/conntrack
+  [nftables]=/usr/sbin/nft
+)
+absent=()
+for package in "${!packages[@]}"; do
+  [[ -e "${packages[$package]}" ]] || absent+=("$package")
+done
+if ((${#absent[@]})); then
+  log "installing Debian packages: ${absent[*]}"
   sudo_cmd=()
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    apt-get install -y -qq --no-install-recommends "${absent[@]}" >/dev/null
 fi
 
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)

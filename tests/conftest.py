@@ -173,3 +173,39 @@ async def namespace(
     yield name
     await core_api.delete_namespace(name)
     await core_api.delete_collection_node(label_selector=f"{TEST_LABEL}={name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "real_node: needs the local cluster's real node (root, containerd, kubelet, kube-proxy); "
+        "use the `real_node_cluster` fixture",
+    )
+
+
+@pytest.fixture(scope="module")
+def real_node_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A local cluster of its own with a real node beside the kwok nodes (`ClusterConfig(
+    real_node=True)`), for the module that asks for it; the session's kwok-only `cluster` is not
+    touched. Builds kubelet and kube-proxy first when they are not cached. With CI=true a real
+    node that cannot start fails the test; elsewhere it is skipped with the reason."""
+    work_dir = os.environ.get(CLUSTER_DIR_ENV)
+    folder = Path(work_dir) / "real-node-cluster" if work_dir else None
+    local = LocalCluster(ClusterConfig(work_dir=folder, real_node=True))
+    try:
+        local.start()
+    except Exception as error:  # start() already stopped what it had started
+        message = f"local cluster with a real node did not start: {error}; logs: {local.log_dir}"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    assert local.real_node is not None
+    steps = ", ".join(f"{k} {v:.1f} s" for k, v in local.real_node.timings.items())
+    announce(request.config, f"real node up in {local.started_in_s:.1f} s ({steps})")
+    try:
+        yield local
+    finally:
+        local.stop()
+        _SUMMARY.append(
+            finish_cluster_dir(local.work_dir, bool(work_dir), request.session.testsfailed)
+        )

@@ -46,6 +46,7 @@ from hack.localcluster import prometheus
 from hack.localcluster.binaries import Binaries, ensure_binaries
 from hack.localcluster.pki import Pki, write_pki
 from hack.localcluster.processes import ProcessGroup
+from hack.localcluster.realnode import RealNode, host_ip
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE = REPO_ROOT / "tests" / "data" / "h200" / "gpu-util-trace.csv"
@@ -99,6 +100,11 @@ class ClusterConfig:
     client_qps: int = 200
     """Client rate limit of kube-controller-manager and kube-scheduler (burst is twice this)."""
     extra_apiserver_args: tuple[str, ...] = ()
+    real_node: bool = False
+    """Also run a real node (containerd, kubelet, kube-proxy; `realnode.RealNode`): needs root
+    and the Debian packages `hack/setup.sh` installs. The API server then listens on
+    every address and advertises this machine's, so pods reach it through the `kubernetes`
+    Service."""
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -137,6 +143,7 @@ class LocalCluster:
         self.prometheus_url: str | None = None
         self.dcgm_url: str | None = None
         self.started_in_s = 0.0
+        self.real_node: RealNode | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -173,13 +180,19 @@ class LocalCluster:
                 self._start_fake_dcgm()
             if self.config.prometheus:
                 self._start_prometheus()
+            if self.config.real_node:
+                self.real_node = RealNode(self)
+                self.real_node.start()
         except BaseException:
             self.stop()
             raise
         self.started_in_s = time.monotonic() - started
 
     def stop(self) -> None:
-        """Stop every process (newest first). Logs stay in `log_dir`."""
+        """Stop every process (newest first); the real node first, while the API server still
+        answers. Logs stay in `log_dir`."""
+        if self.real_node is not None:
+            self.real_node.stop()
         self.processes.stop()
 
     def alive(self) -> dict[str, bool]:
@@ -236,16 +249,27 @@ class LocalCluster:
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
         pki = self.pki
+        # Loopback only, unless a real node's pods must reach the API server: then every address,
+        # with this machine's advertised, so the `kubernetes` Service's endpoints (kept by the
+        # default lease reconciler) point where kube-proxy can send pods.
+        network = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
+        # Since 1.37 the endpoint reconciler refuses a loopback address; nothing here
+        # reaches the API server through the `kubernetes` Service.
+        network.append("--endpoint-reconciler-type=none")
+        if self.config.real_node:
+            network = [
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={host_ip()}",
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+            ]
         component = self.processes.start(
             "kube-apiserver",
             [
                 str(self.binaries.kube_apiserver),
                 f"--etcd-servers={self.etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # Since 1.37 the endpoint reconciler refuses a loopback address; nothing here
-                # reaches the API server through the `kubernetes` Service.
-                "--endpoint-reconciler-type=none",
+                *network,
                 f"--secure-port={port}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",

@@ -152,3 +152,22 @@ def write_pki(folder: Path) -> Pki:
     for key_file in (pki.ca_key, pki.serving_key, pki.admin_key, pki.service_account_key):
         key_file.chmod(0o600)
     return pki
+
+
+def issue_client_cert(
+    pki: Pki, folder: Path, name: str, common_name: str, organization: str | None = None
+) -> tuple[Path, Path]:
+    """Sign a client certificate for `common_name` (and group `organization`) with the CA of
+    `pki`; writes `<folder>/<name>.crt` and `.key` and returns their paths."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca_name = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
+    cert, key = _leaf(
+        ca_key, ca_name, _name(common_name, organization), ExtendedKeyUsageOID.CLIENT_AUTH
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(_pem_key(key))
+    key_path.chmod(0o600)
+    return cert_path, key_path

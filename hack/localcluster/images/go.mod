@@ -1,0 +1,3 @@
+module gpu-scheduler.local/node-images
+
+go 1.24.0

@@ -1,0 +1,838 @@
+"""An opt-in real node beside the kwok nodes: containerd, kubelet and kube-proxy on this machine.
+
+    cluster = LocalCluster(ClusterConfig(real_node=True))
+    cluster.start()      # ... then the node `cluster.real_node.name` is Ready
+    cluster.stop()       # pods, processes, mounts, iptables rules, links and cgroups gone
+
+Parts (state under `<cluster folder>/node/` unless said):
+
+- containerd and runc: Debian's packages (containerd 1.6); its own config, root, state and
+  socket; the CRI plugin with `PAUSE_IMAGE` as sandbox image.
+- CNI: Debian's `containernetworking-plugins`; bridge `BRIDGE` as the pods' gateway (no
+  masquerade), host-local IPAM over the node's pod CIDR.
+- kubelet: `hack/build-binaries.sh --node`; cgroupfs driver on cgroup v1 (`failCgroupV1: false`),
+  cgroup root `CGROUP_NAME`.
+- kube-proxy: `hack/build-binaries.sh --node`; iptables mode, NodePorts on the host address only.
+- images: `images/pause` (the sandbox) and `images/probe` (`PROBE_IMAGE`: GET /livez through the
+  `kubernetes` Service), static Go programs written into OCI archives by `oci.py` and imported
+  with `ctr images import`.
+
+Sockets and kubelet's root folder live in a short folder `/run/gpus-node-*` (a unix socket path
+has at most 104 bytes).
+
+Kubelet 1.37 still accepts containerd 1.6: that runtime does not answer the CRI RuntimeConfig call
+(the cgroup driver), and kubelet falls back to its config's `cgroupDriver` (with a
+"CRILosingSupport" metric naming 1.38), so Debian's package is enough for this version.
+
+The API server, in real-node mode, listens on every address and advertises this machine's address
+(`host_ip()`), so the `kubernetes` Service's endpoints (the lease reconciler's) reach it from pods
+through kube-proxy's rules; kubelet and kube-proxy authenticate with client certificates signed by
+the cluster CA (`system:node:<name>` in `system:nodes`, allowed by the Node authorizer, and
+`system:kube-proxy`, bound by the bootstrap RBAC policy). The Node object is created before kubelet
+registers so that it carries `spec.podCIDR` (no controller here allocates pod CIDRs).
+
+Only one real node runs on a machine at a time (`LOCK_FILE`): the bridge, the iptables chains and
+some sysctls are host-wide. Teardown (`stop`) cordons the node, deletes its pods and waits for
+their sandboxes to go, stops kube-proxy and removes its rules (`kube-proxy --cleanup`), stops
+kubelet and containerd, kills whatever still runs in the node's cgroups, unmounts what is mounted
+under the node's folder, removes the bridge, the cgroups and the files CNI and kubelet left in
+their fixed folders, and restores the sysctls they changed. It is safe to call more than once.
+What it needs is kept in the lock file while the node runs (`HostRecord`), so a start after a
+launcher that died without its teardown (SIGKILL) cleans up what that one left.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import yaml
+
+from hack.localcluster import hoststate
+from hack.localcluster.binaries import BUILD_SCRIPT, cache_dir, pinned_versions
+from hack.localcluster.oci import ImageFile, write_image_archive
+from hack.localcluster.pki import issue_client_cert
+from hack.localcluster.processes import ComponentError, ProcessGroup
+
+if TYPE_CHECKING:
+    from hack.localcluster.cluster import LocalCluster
+
+PAUSE_IMAGE = "localhost/gpu-scheduler/pause:1"
+PROBE_IMAGE = "localhost/gpu-scheduler/probe:1"
+BRIDGE = "gpus-cni0"
+CNI_NETWORK = "gpu-scheduler-pods"
+CGROUP_NAME = "gpu-scheduler-real-node"
+LOCK_FILE = Path("/run/lock/gpu-scheduler-real-node.lock")
+CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
+CONTAINER_LOG_LINKS = Path("/var/log/containers")
+CNI_STATE = Path("/var/lib/cni")
+READY_TIMEOUT_S = 120.0
+DRAIN_TIMEOUT_S = 60.0
+REAL_NODE_LABEL = "gpu-scheduler.io/real-node"
+
+
+class RealNodeError(ComponentError):
+    """The real node cannot start here; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class RealNodeConfig:
+    """The node's name and addresses."""
+
+    name: str = "real-node"
+    pod_cidr: str = "10.244.0.0/24"
+    """This node's pods' addresses (`spec.podCIDR`); inside `cluster_cidr`."""
+    cluster_cidr: str = "10.244.0.0/16"
+    """Every pod address (kube-proxy's view of "local" traffic)."""
+    max_pods: int = 30
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """Absolute paths of what the real node runs."""
+
+    kubelet: Path
+    kube_proxy: Path
+    pause: Path
+    probe: Path
+    containerd: Path
+    ctr: Path
+    runc: Path
+    cni_bin_dir: Path
+
+
+def host_ip() -> str:
+    """This machine's address that pods can reach: `GPU_SCHEDULER_NODE_IP`, else the source
+    address of the default route, else the first global IPv4 address. Raises RealNodeError when
+    there is none."""
+    if os.environ.get("GPU_SCHEDULER_NODE_IP"):
+        return os.environ["GPU_SCHEDULER_NODE_IP"]
+    routes = json.loads(_output(["ip", "-j", "-4", "route", "show", "default"]) or "[]")
+    devices = [r["dev"] for r in routes if "dev" in r]
+    addresses = json.loads(_output(["ip", "-j", "-4", "addr", "show", "scope", "global"]) or "[]")
+    ordered = sorted(addresses, key=lambda a: a.get("ifname") not in devices)
+    for link in ordered:
+        if link.get("ifname") == BRIDGE:
+            continue
+        for info in link.get("addr_info", []):
+            if info.get("family") == "inet" and info.get("local"):
+                return str(info["local"])
+    raise RealNodeError("no global IPv4 address on this machine; set GPU_SCHEDULER_NODE_IP")
+
+
+def node_binaries(build: bool = True) -> NodeBinaries:
+    """The real node's binaries, building kubelet, kube-proxy and the image programs first
+    (`hack/build-binaries.sh --node`) when missing. Raises RealNodeError naming what is missing
+    (Debian packages: `hack/setup.sh` installs them)."""
+    if os.geteuid() != 0:
+        raise RealNodeError("the real node needs root (containerd, mounts, iptables, cgroups)")
+    debian = {name: shutil.which(name) for name in ("containerd", "ctr", "runc", "iptables")}
+    cni = next((Path(d) for d in CNI_BIN_DIRS if (Path(d) / "bridge").is_file()), None)
+    absent = [name for name, path in debian.items() if path is None]
+    if shutil.which("conntrack") is None:
+        absent.append("conntrack")
+    if cni is None:
+        absent.append("CNI plugins (bridge, host-local, loopback)")
+    if absent:
+        raise RealNodeError(
+            f"the real node needs {', '.join(absent)}; run hack/setup.sh "
+            "(Debian packages containerd, runc, containernetworking-plugins, iptables, conntrack)"
+        )
+    folders = _built_folders(build)
+    return NodeBinaries(
+        kubelet=folders["KUBERNETES_NODE_BIN"] / "kubelet",
+        kube_proxy=folders["KUBERNETES_NODE_BIN"] / "kube-proxy",
+        pause=folders["NODE_IMAGES_BIN"] / "pause",
+        probe=folders["NODE_IMAGES_BIN"] / "probe",
+        containerd=Path(str(debian["containerd"])),
+        ctr=Path(str(debian["ctr"])),
+        runc=Path(str(debian["runc"])),
+        cni_bin_dir=cni or Path(CNI_BIN_DIRS[0]),
+    )
+
+
+def _built_folders(build: bool) -> dict[str, Path]:
+    version = pinned_versions()["KUBERNETES_VERSION"]
+    kubernetes = cache_dir() / "bin" / f"kubernetes-node-{version}"
+    if build or not (kubernetes / "kubelet").is_file():
+        # The script is a no-op for what is cached, and the only one that knows the images'
+        # source hash, so it names the folders.
+        result = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "--node"], check=True, capture_output=True, text=True
+        )
+        folders = dict(line.split("=", 1) for line in result.stdout.splitlines() if "_BIN=" in line)
+        return {key: Path(value) for key, value in folders.items()}
+    raise RealNodeError(f"kubelet is not built in {kubernetes}; run hack/build-binaries.sh --node")
+
+
+def _output(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+
+
+class RealNode:
+    """containerd + kubelet + kube-proxy of one cluster; see the module docstring."""
+
+    def __init__(self, cluster: LocalCluster, config: RealNodeConfig | None = None) -> None:
+        self.cluster = cluster
+        self.config = config or RealNodeConfig()
+        self.name = self.config.name
+        self.folder = cluster.work_dir / "node"
+        self.socket_dir: Path | None = None
+        """A short folder for containerd's socket and kubelet's root folder, which holds sockets
+        too (a unix socket path has at most 104 bytes, and a cluster folder may be deep); made at
+        start, removed at stop."""
+        self.socket = Path("containerd.sock")
+        self.kubelet_root = Path("kubelet")
+        self.processes = ProcessGroup(cluster.log_dir)
+        self.host_ip = ""
+        self.binaries: NodeBinaries | None = None
+        self.timings: dict[str, float] = {}
+        """Seconds each start step took: containerd, images, kubelet (to node Ready), kube-proxy."""
+        self._lock: IO[str] | None = None
+        self._record = HostRecord(folder=self.folder)
+        self.recovered: HostRecord | None = None
+        """What a previous real node, whose launcher died before its teardown, left recorded in
+        the lock file; cleaned up at this start."""
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start containerd, import the images, start kubelet and wait for the node to be Ready
+        with its pod CIDR, then kube-proxy until healthy. Raises RealNodeError or ComponentError
+        (naming the part and its log); whatever was started is torn down before it propagates."""
+        try:
+            self.binaries = node_binaries()
+            self._take_lock()
+            self.host_ip = host_ip()
+            self.folder.mkdir(parents=True, exist_ok=True)
+            runtime = Path("/run") if Path("/run").is_dir() else Path(tempfile.gettempdir())
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="gpus-node-", dir=runtime))
+            self.socket = self.socket_dir / "containerd.sock"
+            self.kubelet_root = self.socket_dir / "kubelet"
+            self._record = HostRecord.now(self.folder, self.socket_dir)
+            self._write_record()
+            self._timed("containerd", self._start_containerd)
+            self._timed("images", self._import_images)
+            self._timed("kubelet", self._start_kubelet)
+            self._timed("kube-proxy", self._start_kube_proxy)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _timed(self, step: str, action: object) -> None:
+        started = time.monotonic()
+        assert callable(action)
+        action()
+        self.timings[step] = time.monotonic() - started
+
+    def _take_lock(self) -> None:
+        LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+        lock = LOCK_FILE.open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip()[:80]
+            lock.close()
+            raise RealNodeError(
+                f"another real node runs on this machine ({LOCK_FILE}: {holder}); "
+                "one at a time, since its bridge and iptables rules are host-wide"
+            ) from None
+        self._lock = lock
+        lock.seek(0)
+        previous = HostRecord.from_json(lock.read())
+        if previous is not None:  # its launcher died before tearing it down
+            self.recovered = previous
+            clean_host(previous, self.binaries.kube_proxy if self.binaries else None)
+        self._write_record()
+
+    def _write_record(self) -> None:
+        """Keep what teardown needs in the lock file, for the next start if this process dies
+        before `stop` (its components die with it, but not mounts, shims, rules or sysctls)."""
+        assert self._lock is not None
+        self._lock.seek(0)
+        self._lock.truncate(0)
+        self._lock.write(self._record.to_json())
+        self._lock.flush()
+
+    def _start_containerd(self) -> None:
+        assert self.binaries is not None
+        folder = self.folder / "containerd"
+        cni_conf = self.folder / "cni" / "net.d"
+        cni_conf.mkdir(parents=True, exist_ok=True)
+        (cni_conf / "10-gpu-scheduler.conflist").write_text(
+            json.dumps(cni_config(self.config.pod_cidr, self.folder / "cni" / "ipam"), indent=2)
+        )
+        config = folder / "config.toml"
+        folder.mkdir(parents=True, exist_ok=True)
+        config.write_text(
+            containerd_config(
+                folder, self.socket, cni_conf, self.binaries, not can_lower_oom_score()
+            )
+        )
+        component = self.processes.start(
+            "containerd", [str(self.binaries.containerd), f"--config={config}"]
+        )
+        self.processes.wait_ready(component, lambda: self._ctr("version").returncode == 0, 30.0)
+
+    def _ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
+        assert self.binaries is not None
+        return subprocess.run(
+            [str(self.binaries.ctr), f"--address={self.socket}", "--namespace=k8s.io", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def _import_images(self) -> None:
+        assert self.binaries is not None
+        for name, binary in (
+            (PAUSE_IMAGE, self.binaries.pause),
+            (PROBE_IMAGE, self.binaries.probe),
+        ):
+            entry = f"/{binary.name}"
+            archive = self.folder / "images" / f"{binary.name}.oci.tar"
+            write_image_archive(archive, name, [ImageFile(entry, binary.read_bytes())], [entry])
+            result = self._ctr("images", "import", str(archive))
+            if result.returncode != 0:
+                raise RealNodeError(f"ctr images import {archive} failed: {result.stderr[-500:]}")
+
+    def _start_kubelet(self) -> None:
+        assert self.binaries is not None and self.cluster.pki is not None
+        folder = self.folder / "kubelet"
+        for hierarchy in _cgroup_hierarchies():
+            (hierarchy / CGROUP_NAME).mkdir(exist_ok=True)
+        kubeconfig = self._client_kubeconfig("kubelet", f"system:node:{self.name}", "system:nodes")
+        self._create_node_object()
+        config = folder / "config.yaml"
+        folder.mkdir(parents=True, exist_ok=True)
+        config.write_text(
+            yaml.safe_dump(
+                kubelet_config(
+                    socket=self.socket,
+                    ca_file=self.cluster.pki.ca_cert,
+                    address=self.host_ip,
+                    ports=(free_port_on(self.host_ip), free_port_on("127.0.0.1")),
+                    pod_logs=self.folder / "pod-logs",
+                    max_pods=self.config.max_pods,
+                )
+            )
+        )
+        component = self.processes.start(
+            "kubelet",
+            [
+                str(self.binaries.kubelet),
+                f"--config={config}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={self.kubelet_root}",
+                f"--cert-dir={folder / 'pki'}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.host_ip}",
+                f"--node-labels={REAL_NODE_LABEL}=true",
+                "--v=1",
+            ],
+        )
+        self.processes.wait_ready(component, self.ready, READY_TIMEOUT_S)
+
+    def _client_kubeconfig(self, name: str, user: str, group: str | None) -> Path:
+        assert self.cluster.pki is not None
+        cert, key = issue_client_cert(self.cluster.pki, self.folder / "pki", name, user, group)
+        kubeconfig = self.folder / f"{name}.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "local",
+                            "cluster": {
+                                "server": self.cluster.server,
+                                "certificate-authority": str(self.cluster.pki.ca_cert),
+                            },
+                        }
+                    ],
+                    "users": [
+                        {
+                            "name": name,
+                            "user": {"client-certificate": str(cert), "client-key": str(key)},
+                        }
+                    ],
+                    "contexts": [{"name": "local", "context": {"cluster": "local", "user": name}}],
+                    "current-context": "local",
+                }
+            )
+        )
+        kubeconfig.chmod(0o600)
+        return kubeconfig
+
+    def _create_node_object(self) -> None:
+        manifest = self.folder / "node.yaml"
+        manifest.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": self.name, "labels": {REAL_NODE_LABEL: "true"}},
+                    "spec": {"podCIDR": self.config.pod_cidr, "podCIDRs": [self.config.pod_cidr]},
+                }
+            )
+        )
+        self.cluster.kubectl("apply", "-f", str(manifest))
+
+    def node(self) -> dict[str, object] | None:
+        """The Node object as JSON, or None when it is not there."""
+        result = self.cluster.kubectl("get", "node", self.name, "-o", "json", check=False)
+        if result.returncode != 0:
+            return None
+        node: dict[str, object] = json.loads(result.stdout)
+        return node
+
+    def ready(self) -> bool:
+        """Whether the Node's Ready condition is True."""
+        node = self.node()
+        if node is None:
+            return False
+        status = node.get("status")
+        conditions = status.get("conditions", []) if isinstance(status, dict) else []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    def _start_kube_proxy(self) -> None:
+        assert self.binaries is not None
+        from hack.localcluster.cluster import _http_ok
+
+        kubeconfig = self._client_kubeconfig("kube-proxy", "system:kube-proxy", None)
+        healthz, metrics = free_port_on("127.0.0.1"), free_port_on("127.0.0.1")
+        config = self.folder / "kube-proxy.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                kube_proxy_config(kubeconfig, self.name, self.config.cluster_cidr, healthz, metrics)
+            )
+        )
+        component = self.processes.start(
+            "kube-proxy", [str(self.binaries.kube_proxy), f"--config={config}", "--v=1"]
+        )
+        self.processes.wait_ready(
+            component, lambda: _http_ok(f"http://127.0.0.1:{healthz}/healthz"), READY_TIMEOUT_S
+        )
+
+    # -- stop ----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Tear everything down; see the module docstring. Safe to call more than once, and
+        after a failed start."""
+        if self._lock is None:
+            return
+        running = {c.name for c in self.processes.components if c.alive()}
+        if "kubelet" in running:
+            self._drain()
+        self._stop_component("kube-proxy")
+        self._stop_component("kubelet")
+        if self.cluster.binaries is not None:
+            self.cluster.kubectl("delete", "node", self.name, "--ignore-not-found", check=False)
+        self.processes.stop()
+        clean_host(self._record, self.binaries.kube_proxy if self.binaries else None)
+        self.socket_dir = None
+        self._record = HostRecord(folder=self.folder)
+        self._write_record()  # an empty record: nothing left to clean
+        self._lock.close()
+        self._lock = None
+
+    def _stop_component(self, name: str) -> None:
+        for component in self.processes.components:
+            if component.name == name:
+                component.stop()
+
+    def _drain(self) -> None:
+        """Cordon the node, delete its pods (short grace) and wait until containerd runs no
+        sandbox, so that kubelet tears down their networks through CNI."""
+        self.cluster.kubectl("cordon", self.name, check=False)
+        self.cluster.kubectl(
+            "delete",
+            "pods",
+            "--all-namespaces",
+            f"--field-selector=spec.nodeName={self.name}",
+            "--grace-period=1",
+            "--wait=false",
+            check=False,
+        )
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not self._ctr("tasks", "list", "--quiet").stdout.strip():
+                return
+            time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """What teardown needs to put the host back: the node's folders, the sysctls and nftables
+    tables as they were before the start, and the fixed folders that did not exist then."""
+
+    folder: Path
+    socket_dir: Path | None = None
+    sysctls: dict[str, str] = field(default_factory=dict)
+    nft_tables: frozenset[str] = frozenset()
+    created_paths: tuple[Path, ...] = ()
+
+    @classmethod
+    def now(cls, folder: Path, socket_dir: Path) -> HostRecord:
+        """The host as it is before a start."""
+        sysctls = {}
+        for name in hoststate.SYSCTLS:
+            path = Path("/proc/sys") / name
+            if path.is_file():
+                sysctls[name] = path.read_text().strip()
+        created = tuple(
+            Path(watched)
+            for watched in (*hoststate.WATCHED_PATHS, "/run/containerd/s")
+            if not Path(watched).exists()
+        )
+        return cls(folder, socket_dir, sysctls, frozenset(nft_tables()), created)
+
+    def to_json(self) -> str:
+        """One JSON line; empty for a record with nothing to clean (no socket folder)."""
+        if self.socket_dir is None:
+            return ""
+        return json.dumps(
+            {
+                "folder": str(self.folder),
+                "socket_dir": str(self.socket_dir),
+                "sysctls": self.sysctls,
+                "nft_tables": sorted(self.nft_tables),
+                "created_paths": [str(p) for p in self.created_paths],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> HostRecord | None:
+        """The record in `text`, or None when it is empty or not a record."""
+        try:
+            data = json.loads(text)
+            return cls(
+                folder=Path(data["folder"]),
+                socket_dir=Path(data["socket_dir"]),
+                sysctls={str(k): str(v) for k, v in data["sysctls"].items()},
+                nft_tables=frozenset(map(str, data["nft_tables"])),
+                created_paths=tuple(Path(p) for p in data["created_paths"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def clean_host(record: HostRecord, kube_proxy: Path | None) -> None:
+    """Put the host back as `record` says it was, once kubelet, kube-proxy and containerd are
+    stopped: kube-proxy's and kubelet's iptables rules, processes left in the node's cgroups and
+    containerd's shims, mounts under its folders, the bridge, the cgroups, CNI's and kubelet's
+    files in fixed folders, the socket folder, the sysctls."""
+    if kube_proxy is not None and kube_proxy.is_file():
+        subprocess.run([str(kube_proxy), "--cleanup", "--v=0"], capture_output=True, check=False)
+    remove_kube_iptables(set(record.nft_tables))
+    folders = [record.folder] + ([record.socket_dir] if record.socket_dir else [])
+    _kill_leftovers(folders)
+    _unmount(folders)
+    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+    _remove_cgroups()
+    _remove_host_files(record)
+    if record.socket_dir is not None:
+        shutil.rmtree(record.socket_dir, ignore_errors=True)
+    _restore_sysctls(record.sysctls)
+
+
+def _kill_leftovers(folders: list[Path]) -> None:
+    """SIGKILL every process that names one of `folders` (containerd's shims name its socket)
+    and every process left in the node's cgroups."""
+    pids = {
+        int(line.split()[0])
+        for folder in folders
+        for line in hoststate.processes_mentioning(str(folder))
+    }
+    for cgroup in hoststate.cgroups_named(CGROUP_NAME):
+        try:
+            pids.update(int(p) for p in Path(cgroup, "cgroup.procs").read_text().split())
+        except OSError:
+            continue
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+
+
+def _unmount(folders: list[Path]) -> None:
+    for _ in range(3):
+        points = [point for folder in folders for point in hoststate.mounts_under(folder)]
+        if not points:
+            return
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def _remove_cgroups() -> None:
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        remaining = hoststate.cgroups_named(CGROUP_NAME)
+        if not remaining:
+            return
+        for cgroup in sorted(remaining, key=len, reverse=True):
+            try:
+                os.rmdir(cgroup)
+            except OSError:
+                continue
+        time.sleep(0.2)
+
+
+def _remove_host_files(record: HostRecord) -> None:
+    """CNI's result cache and kubelet's log links live in fixed folders: remove this node's
+    entries, and the folders themselves when they did not exist before the start."""
+    for result in (CNI_STATE / "results").glob(f"{CNI_NETWORK}-*"):
+        result.unlink(missing_ok=True)
+    if CONTAINER_LOG_LINKS.is_dir():
+        for link in CONTAINER_LOG_LINKS.iterdir():
+            if link.is_symlink() and os.readlink(link).startswith(str(record.folder)):
+                link.unlink()
+    for path in sorted(record.created_paths, key=lambda p: len(str(p)), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _restore_sysctls(sysctls: dict[str, str]) -> None:
+    for name, value in sysctls.items():
+        path = Path("/proc/sys") / name
+        try:
+            if path.read_text().strip() != value:
+                path.write_text(value)
+        except OSError:
+            continue
+
+
+def can_lower_oom_score() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE, needed to lower an oom_score_adj."""
+    cap_sys_resource = 24
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> cap_sys_resource & 1)
+    return False
+
+
+def nft_tables() -> set[str]:
+    """The nftables tables ("ip filter", "ip6 nat", ...) that exist now; empty without `nft`."""
+    if shutil.which("nft") is None:
+        return set()
+    lines = _output(["nft", "list", "tables"]).splitlines()
+    return {line.removeprefix("table ").strip() for line in lines if line.startswith("table ")}
+
+
+def remove_kube_iptables(tables_before: set[str]) -> None:
+    """Remove what kubelet and kube-proxy leave in iptables after `kube-proxy --cleanup`: kubelet's
+    chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, ...) and the rules that jump
+    to any KUBE-* chain, for IPv4 and IPv6; then the nftables tables that iptables created and
+    that hold nothing but empty built-in chains, unless they existed before (`tables_before`)."""
+    for family in ("iptables", "ip6tables"):
+        if shutil.which(f"{family}-save") is None:
+            continue
+        table = ""
+        chains: dict[str, list[str]] = {}
+        for line in _output([f"{family}-save"]).splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+                chains[table] = []
+            elif line.startswith(":KUBE-"):
+                chains[table].append(line[1:].split()[0])
+            elif line.startswith("-A ") and "KUBE-" in line:
+                rule = shlex.split(line)
+                if not rule[1].startswith("KUBE-"):  # rules inside KUBE-* chains go with them
+                    _output([family, "-w", "-t", table, "-D", *rule[1:]])
+        for table, names in chains.items():
+            for name in names:
+                _output([family, "-w", "-t", table, "-F", name])
+            for name in names:
+                _output([family, "-w", "-t", table, "-X", name])
+    if shutil.which("nft") is None:
+        return
+    for table in sorted(nft_tables() - tables_before):
+        listing = _output(["nft", "list", "table", *table.split()])
+        if not re.search(r"^\s*(?!type |policy |chain |table |})\S", listing, re.MULTILINE):
+            _output(["nft", "delete", "table", *table.split()])
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    """The mounted cgroup v1 hierarchies and the v2 one (each a folder of /sys/fs/cgroup that
+    holds cgroup files)."""
+    root = hoststate.CGROUP_ROOT
+    if (root / "cgroup.controllers").is_file():  # a pure v2 machine: one hierarchy
+        return [root]
+    return [h for h in sorted(root.iterdir()) if h.is_dir() and not h.is_symlink()]
+
+
+def cni_config(pod_cidr: str, ipam_dir: Path) -> dict[str, object]:
+    """The CNI network: a bridge that is the pods' gateway (so pods reach this machine's
+    addresses, and through kube-proxy's rules the Service ClusterIPs), without masquerading
+    (pods reach nothing beyond this machine), IPs from `pod_cidr`."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": CNI_NETWORK,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(ipam_dir),
+                },
+            }
+        ],
+    }
+
+
+def containerd_config(
+    folder: Path, socket: Path, cni_conf: Path, binaries: NodeBinaries, restrict_oom: bool
+) -> str:
+    """containerd 1.6's config (version 2): every path under `folder`, the CRI plugin with the
+    offline sandbox image, runc with cgroupfs, CNI from `cni_conf`; `restrict_oom` when this
+    process cannot lower an oom_score_adj (`can_lower_oom_score`)."""
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    runc = f"{cri}.containerd.runtimes.runc"
+    return f"""version = 2
+root = "{folder / "root"}"
+state = "{folder / "state"}"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "{socket}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{folder / "opt"}"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  # Lowering a process's oom_score_adj needs CAP_SYS_RESOURCE, which some sandboxes (such as
+  # these machines') withhold even from root: runc then fails creating every pod sandbox (kubelet
+  # asks -998 for it). Clamp to no lower than containerd's own, as rootless set-ups do.
+  restrict_oom_score_adj = {"true" if restrict_oom else "false"}
+
+[{cri}.cni]
+  bin_dir = "{binaries.cni_bin_dir}"
+  conf_dir = "{cni_conf}"
+  max_conf_num = 1
+
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[{runc}]
+  runtime_type = "io.containerd.runc.v2"
+
+[{runc}.options]
+  BinaryName = "{binaries.runc}"
+  Root = "{folder / "runc"}"
+  SystemdCgroup = false
+"""
+
+
+def kubelet_config(
+    socket: Path,
+    ca_file: Path,
+    address: str,
+    ports: tuple[int, int],
+    pod_logs: Path,
+    max_pods: int,
+) -> dict[str, object]:
+    """The KubeletConfiguration: cgroupfs on cgroup v1 (refused since 1.35 unless
+    `failCgroupV1: false`), its own cgroup root, client-certificate authentication with every
+    authenticated request allowed (the API server's client is the admin), no image garbage
+    collection (the offline images cannot be pulled again), eviction only near real exhaustion."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/{CGROUP_NAME}",
+        "containerRuntimeEndpoint": f"unix://{socket}",
+        "address": address,
+        "port": ports[0],
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": ports[1],
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(ca_file)},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "podLogsDir": str(pod_logs),
+        "maxPods": max_pods,
+        "failSwapOn": False,
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
+        "mergeDefaultEvictionSettings": False,
+        "serializeImagePulls": False,
+        "registerNode": True,
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
+        "protectKernelDefaults": False,
+    }
+
+
+def kube_proxy_config(
+    kubeconfig: Path, node_name: str, cluster_cidr: str, healthz_port: int, metrics_port: int
+) -> dict[str, object]:
+    """KubeProxyConfiguration: iptables mode; NodePorts on this machine's primary address only,
+    no localhost NodePorts (which would need route_localnet); conntrack sysctls left alone."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "mode": "iptables",
+        "hostnameOverride": node_name,
+        "clusterCIDR": cluster_cidr,
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "nodePortAddresses": ["primary"],
+        "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+    }
+
+
+def free_port_on(address: str) -> int:
+    """A TCP port on `address` that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
