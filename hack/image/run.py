@@ -147,6 +147,50 @@ def run(config: Mapping[str, Any], timeout: float = 120.0) -> subprocess.Complet
             raise RunError(f"{' '.join(config['process']['args'])} ran past {timeout} s") from error
 
 
+@dataclass
+class Started:
+    """A container running in the background: runc's process and the file of its output."""
+
+    process: subprocess.Popen[bytes]
+    output: Path
+    kept: str | None = None
+    """The whole output, kept when the container is stopped and its folder removed."""
+
+    def text(self) -> str:
+        """The output so far (stdout and stderr interleaved)."""
+        return self.kept if self.kept is not None else self.output.read_text(errors="replace")
+
+
+@contextmanager
+def started(config: Mapping[str, Any], stop_timeout: float = 30.0) -> Iterator[Started]:
+    """Start the container `config` describes with runc in the background, its output going to a
+    file; afterwards a container still running gets SIGTERM (runc passes it on), then, after
+    `stop_timeout` seconds, SIGKILL."""
+    with tempfile.TemporaryDirectory(prefix="gpu-scheduler-image-") as work:
+        (Path(work) / "config.json").write_text(json.dumps(config))
+        name = f"gpu-scheduler-check-{uuid.uuid4().hex[:8]}"
+        state = str(Path(work) / "state")
+        output = Path(work) / "output.log"
+        argv = ["runc", "--root", state, "run", "--bundle", work, name]
+        with output.open("wb") as sink:
+            process = subprocess.Popen(
+                argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        container = Started(process, output)
+        try:
+            yield container
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(stop_timeout)
+                except subprocess.TimeoutExpired:
+                    subprocess.run(["runc", "--root", state, "kill", name, "KILL"], check=False)
+                    process.wait(stop_timeout)
+            subprocess.run(["runc", "--root", state, "delete", "--force", name], check=False)
+            container.kept = output.read_text(errors="replace")
+
+
 @contextmanager
 def writable_overlay(rootfs: Path) -> Iterator[tuple[Path, Path]]:
     """A writable overlay over `rootfs`: yields (merged root, upper folder); every file the
