@@ -314,3 +314,57 @@ def test_image_size(archive: Path, bundle: run.Bundle) -> None:
         f"root filesystem {unpacked / 2**20:.0f} MiB"
     )
     assert 0 < unpacked < IMAGE_ROOTFS_LIMIT
+
+
+KIND_NAMESPACES = ("gpu-scheduler", "monitoring")
+"""Namespaces of hack/kind's objects: a server-side dry run of namespaced objects needs them."""
+
+
+def _namespace_absent(cluster: LocalCluster, name: str) -> bool:
+    """Wait (bounded) for a terminating namespace to go; True when `name` does not exist."""
+    for _ in range(120):
+        found = cluster.kubectl("get", "namespace", name, "-o", "name", check=False)
+        if found.returncode != 0:
+            return True
+        phase = cluster.kubectl("get", "namespace", name, "-o", "jsonpath={.status.phase}")
+        if phase.stdout.strip() != "Terminating":
+            return False
+        time.sleep(0.5)
+    raise AssertionError(f"namespace {name} still terminating")
+
+
+def test_the_kind_manifests_pass_a_server_side_dry_run(cluster: LocalCluster) -> None:
+    """Everything hack/kind/up.sh applies besides kwok's own release manifests: the
+    kustomization (manifests/, Prometheus, the fake exporter) and the fake GPU nodes."""
+    assert cluster.binaries is not None
+    rendered = cluster.kubectl("kustomize", str(REPO_ROOT / "hack" / "kind"))
+    documents = rendered.stdout + "\n---\n" + (REPO_ROOT / "hack/kind/nodes.yaml").read_text()
+    created = [name for name in KIND_NAMESPACES if _namespace_absent(cluster, name)]
+    for name in created:
+        cluster.kubectl("create", "namespace", name)
+    try:
+        kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
+        done = subprocess.run(
+            [*kubectl, "apply", "--dry-run=server", "-o", "name", "-f", "-"],
+            input=documents,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        names = set(done.stdout.split())
+        assert {
+            "deployment.apps/gpu-scheduler",
+            "deployment.apps/prometheus",
+            "deployment.apps/fake-dcgm-exporter",
+            "service/prometheus",
+            "configmap/fake-dcgm-exporter",
+            "node/g2-expansion-0",
+        } <= names, done.stdout
+        absent = cluster.kubectl(
+            "get", "deployment", "-A", "-l", "app.kubernetes.io/name=prometheus"
+        )
+        assert "prometheus" not in absent.stdout  # a dry run stores nothing
+    finally:
+        for name in created:
+            cluster.kubectl("delete", "namespace", name, "--wait=false")
