@@ -306,6 +306,7 @@ def image_archive(rebuild: bool = False, log: Log = _stderr, layout: Layout | No
         archive = layout.archive(key)
         if archive.is_file():
             return archive
+        layout.log.write_text("")  # the log holds the last build only
         builder = Builder(layout, log)
         if rebuild:
             builder.buildah("buildah rmi", "rmi", "--all", "--force")
