@@ -303,6 +303,14 @@ async def test_the_daemon_runs_hardened_in_cluster_style_until_sigterm(
         code = await asyncio.to_thread(started.process.wait, 30)
         assert code == 0, started.text()[-4000:]
     assert "Traceback" not in started.text()
+    await asyncio.to_thread(  # the cluster-wide half of the RBAC (the namespace takes the rest)
+        subprocess.run,
+        [*kubectl, "delete", "--ignore-not-found", "--wait=false", "-f", "-"],
+        input=rbac,
+        text=True,
+        capture_output=True,
+        check=True,
+    )
 
 
 def test_image_size(archive: Path, bundle: run.Bundle) -> None:
@@ -365,6 +373,6 @@ def test_the_kind_manifests_pass_a_server_side_dry_run(cluster: LocalCluster) ->
             "get", "deployment", "-A", "-l", "app.kubernetes.io/name=prometheus"
         )
         assert "prometheus" not in absent.stdout  # a dry run stores nothing
-    finally:
+    finally:  # gone before the next test, which may want the same namespace
         for name in created:
-            cluster.kubectl("delete", "namespace", name, "--wait=false")
+            cluster.kubectl("delete", "namespace", name, "--wait=true", "--timeout=120s")
