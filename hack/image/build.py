@@ -24,10 +24,11 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,19 @@ def project_key(base: str, context: Path = REPO_ROOT, dockerfile: Path = DOCKERF
     return digest.hexdigest()[:16]
 
 
+KEEP = 3
+"""Cached archives (and unpacked bundles) of each kind kept: the newest, for a few trees."""
+
+
+def prune(paths: Iterable[Path], keep: int = KEEP) -> None:
+    """Remove all but the `keep` most recently changed of `paths` (files or folders)."""
+    for old in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True)[keep:]:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
 class Builder:
     """Runs the build's commands, their output appended to `layout.log`."""
 
@@ -235,9 +249,7 @@ class Builder:
                 ],
             )
             partial.replace(tar)
-            for old in self.layout.root.glob("base-*.tar"):
-                if old != tar:
-                    old.unlink()
+            prune(self.layout.root.glob("base-*.tar"))
             self.say(f"base root filesystem made in {time.monotonic() - started:.0f} s")
         if not self.has_image(name):
             started = time.monotonic()
@@ -277,9 +289,7 @@ class Builder:
         self.buildah("buildah push", "push", IMAGE_NAME, f"oci-archive:{partial}:{IMAGE_NAME}")
         self.buildah("buildah rmi", "rmi", IMAGE_NAME)
         partial.replace(archive)
-        for old in self.layout.root.glob("gpu-scheduler-*.oci.tar"):
-            if old != archive:
-                old.unlink()
+        prune(self.layout.root.glob("gpu-scheduler-*.oci.tar"))
         self.say(f"image built in {time.monotonic() - started:.0f} s: {archive}")
         return archive
 
@@ -305,6 +315,7 @@ def image_archive(rebuild: bool = False, log: Log = _stderr, layout: Layout | No
             layout.archive(key).unlink(missing_ok=True)
         archive = layout.archive(key)
         if archive.is_file():
+            archive.touch()  # in use: the last to be pruned
             return archive
         layout.log.write_text("")  # the log holds the last build only
         builder = Builder(layout, log)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hack.image.build import IMAGE_NAME
+from hack.image.build import IMAGE_NAME, KEEP, prune
 
 CONTAINER = "gpu-scheduler"
 """The container's name in the Deployment."""
@@ -61,8 +60,7 @@ def unpack(archive: Path) -> Bundle:
     `<archive folder>/bundle-<archive stem>/` unless it is there already."""
     bundle = archive.parent / f"bundle-{archive.name.removesuffix('.oci.tar')}"
     if not (bundle / "config.json").is_file():
-        for old in archive.parent.glob("bundle-*"):
-            shutil.rmtree(old, ignore_errors=True)
+        prune(archive.parent.glob("bundle-*"), keep=KEEP - 1)
         with tempfile.TemporaryDirectory(dir=archive.parent) as work:
             layout = Path(work) / "layout"
             with tarfile.open(archive) as tar:
@@ -77,6 +75,7 @@ def unpack(archive: Path) -> Bundle:
             if done.returncode != 0:
                 raise RunError(f"umoci unpack {archive} failed: {done.stderr.strip()[-2000:]}")
             partial.rename(bundle)
+    bundle.touch()  # the newest, whichever tree unpacked it first
     return Bundle(bundle / "rootfs", json.loads((bundle / "config.json").read_text()))
 
 

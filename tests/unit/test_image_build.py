@@ -3,6 +3,7 @@ the image checks apply exactly the Deployment's hardening."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -177,3 +178,18 @@ def test_the_runtime_spec_applies_the_deployment_hardening(tmp_path: Path) -> No
     config["process"]["user"]["uid"] = 0
     with pytest.raises(run.RunError, match="runAsNonRoot"):
         run.spec(bundle, run.hardening(deployment), [])
+
+
+def test_prune_keeps_the_most_recently_used(tmp_path: Path) -> None:
+    paths = []
+    for age, name in enumerate(["newest.tar", "middle.tar", "old.tar", "oldest"]):
+        path = tmp_path / name
+        if name == "oldest":
+            path.mkdir()
+            (path / "file").write_text("x")
+        else:
+            path.write_text(name)
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+        paths.append(path)
+    build.prune(paths, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["middle.tar", "newest.tar"]
