@@ -2,10 +2,12 @@
 # Installs everything gpu-scheduler's demo and tests need, skipping what is already there:
 #   1. Debian's packages (apt-get; as root, or through sudo): `prometheus`, and what the local
 #      cluster's opt-in real node runs (hack/localcluster/realnode.py): `containerd`, `runc`,
-#      `containernetworking-plugins`, `iptables`, `conntrack`, `nftables`,
+#      `containernetworking-plugins`, `iptables`, `conntrack`, `nftables`; the offline image build
+#      (hack/image, tests/integration/test_image.py): `mmdebstrap`, `buildah`, `umoci`; the shell
+#      lint (tests/unit/test_shellcheck.py): `shellcheck`,
 #   2. the virtualenv .venv with the project and its test extra (re-installed when pyproject.toml changes),
-#   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository),
-#   4. Debian's packages for the offline image build and the shell lint (see below).
+#   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository;
+#      the real node's kubelet and kube-proxy are built when a test first starts it).
 # Needs: Python >= 3.11, Go >= 1.24, and a Debian-like system for apt-get.
 set -euo pipefail
 
@@ -30,6 +32,10 @@ declare -A packages=(
   [iptables]=/usr/sbin/iptables
   [conntrack]=/usr/sbin/conntrack
   [nftables]=/usr/sbin/nft
+  [mmdebstrap]=/usr/bin/mmdebstrap
+  [buildah]=/usr/bin/buildah
+  [umoci]=/usr/bin/umoci
+  [shellcheck]=/usr/bin/shellcheck
 )
 absent=()
 for package in "${!packages[@]}"; do
@@ -42,24 +48,6 @@ if ((${#absent[@]})); then
   "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends "${absent[@]}" >/dev/null
-fi
-
-# The offline image build (hack/image), its checks (tests/integration/test_image.py) and the shell
-# lint (tests/unit/test_shellcheck.py) use Debian's mmdebstrap, buildah, umoci, runc, containerd
-# and shellcheck.
-image_packages=(mmdebstrap buildah umoci runc containerd shellcheck)
-missing_image_packages=()
-for package in "${image_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' \
-    || missing_image_packages+=("$package")
-done
-if ((${#missing_image_packages[@]})); then
-  log "installing Debian packages for the image build: ${missing_image_packages[*]}"
-  image_sudo=()
-  [[ $(id -u) -eq 0 ]] || image_sudo=(sudo)
-  "${image_sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${image_sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends "${missing_image_packages[@]}" >/dev/null
 fi
 
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
