@@ -394,7 +394,9 @@ class Scheduler:
         errors = await asyncio.gather(*binds)
         if self.gangs is None:
             return
-        bound = [k for k in self.gangs.members(group.key) if k in self.cache.pods]
+        # Members that ran to completion already (a fast Job) were bound too.
+        members = self.gangs.members(group.key)
+        bound = {k for k in members if k in self.cache.pods} | self.gangs.bound_once(group.key)
         if len(bound) >= group.min_count:
             message = f"{len(bound)} of minCount {group.min_count} members bound"
             self._gang_condition(group, "True", "Scheduled", message)

@@ -170,6 +170,9 @@ class GangTracker:
         """Gang key -> our pending members, by pod key."""
         self._gang_of: dict[str, str] = {}
         """Pod key -> its gang key (pods in `_existing`)."""
+        self._bound_once: dict[str, set[str]] = {}
+        """Gang key -> keys of its pods seen bound to a node, finished ones included, until they
+        are deleted: a member that ran to completion was bound."""
         self.held: set[str] = set()
         """Keys of our pending members held back by PreEnqueue (not queued), until their gang
         may run; kept by the pod handler and the gang cycle, cleared when the pod goes."""
@@ -185,6 +188,8 @@ class GangTracker:
         (a candidate for a gang cycle). A finished or terminating pod no longer counts."""
         self._forget(pod.key)
         gang = gang_key(pod)
+        if gang and pod.bound:
+            self._bound_once.setdefault(gang, set()).add(pod.key)
         if not gang or pod.finished or pod.terminating:
             return
         self._gang_of[pod.key] = gang
@@ -192,10 +197,15 @@ class GangTracker:
         if pending:
             self._pending.setdefault(gang, {})[pod.key] = pod
 
-    def pod_gone(self, key: str) -> None:
-        """The pod was deleted."""
+    def pod_gone(self, key: str, gang: str = "") -> None:
+        """The pod (of gang `gang`, when known) was deleted."""
         self.held.discard(key)
         self._forget(key)
+        bound = self._bound_once.get(gang)
+        if bound is not None:
+            bound.discard(key)
+            if not bound:
+                del self._bound_once[gang]
 
     def _forget(self, key: str) -> None:
         gang = self._gang_of.pop(key, None)
@@ -215,6 +225,11 @@ class GangTracker:
     def members(self, gang: str) -> set[str]:
         """Keys of the gang's pods that exist (pending or bound, not finished)."""
         return set(self._existing.get(gang, ()))
+
+    def bound_once(self, gang: str) -> set[str]:
+        """Keys of the gang's pods the informer saw bound, finished ones included (until they
+        are deleted)."""
+        return set(self._bound_once.get(gang, ()))
 
     def pending(self, gang: str) -> dict[str, PodInfo]:
         """Our pending members of the gang, by key."""

@@ -269,7 +269,7 @@ class PodHandler:
         self.affinity_waiters.discard(pod.key)
         self.gated_keys.discard(pod.key)
         if self.gangs is not None:
-            self.gangs.pod_gone(pod.key)
+            self.gangs.pod_gone(pod.key, gang_key(pod))
         if self.gone is not None:
             self.gone(pod.uid, pod.key)
         if pod.key in self.cache.pods:

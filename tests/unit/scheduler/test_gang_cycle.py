@@ -3,6 +3,7 @@ the gang packed on few nodes; a topology key keeps it on one label value."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 from scheduler.config import SchedulerConfig
@@ -273,3 +274,22 @@ async def test_a_gang_with_an_invalid_member_never_reaches_the_post_filter() -> 
     await h.cycle()
     assert post_filter.requests == []
     assert {h.queue.where("default/w0"), h.queue.where("default/w1")} == {"unschedulable"}
+
+
+async def test_members_that_finish_before_the_binds_return_still_count_as_bound() -> None:
+    h, pods, groups = setup(make_node("a", gpus=4))
+    groups.on_add(pod_group(min_count=2))
+    for name in ("w0", "w1"):
+        pods.on_add(member(name, gpus=2))
+    gate = asyncio.Event()
+    h.core.bind_gate = gate
+    queued = h.queue.pop_nowait()
+    assert queued is not None
+    h.scheduler.schedule_one(queued)
+    await asyncio.sleep(0)  # the binds are sent and wait for their answer
+    for name in ("w0", "w1"):  # a fast Job: the watch shows both bound and done already
+        pods.on_update(member(name, gpus=2), member(name, gpus=2, node="a", phase="Succeeded"))
+    gate.set()
+    await h.settle()
+    assert h.scheduler.bound == 2
+    assert [c[:2] for c in conditions(h)] == [("True", "Scheduled")]
