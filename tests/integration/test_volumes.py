@@ -147,7 +147,13 @@ async def test_missing_and_immediate_claims_wait_until_they_are_bound(
         )
         immediate = await unschedulable_with(core_api, namespace, "immediate", UNBOUND_IMMEDIATE)
         assert immediate.endswith(f": {UNBOUND_IMMEDIATE}.")
-        assert daemon.queue.pools()["unschedulable"] == 2
+
+        # A cluster event during a pod's first cycle (the informers' initial lists) sends it to
+        # backoff rather than to the unschedulable pool, as kube-scheduler does; both settle there.
+        async def parked() -> bool:
+            return daemon.queue.pools()["unschedulable"] == 2
+
+        await eventually(parked, what="both pods in the unschedulable pool")
 
         # The PV controller binds the Immediate claim to a new PV; the pod follows its node.
         await create_volume(core_api, f"{namespace}-now", now_cls, node=nodes[0])
