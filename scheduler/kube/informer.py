@@ -143,6 +143,8 @@ class Informer:
         self.synced = asyncio.Event()
         self.relists = 0
         self.reconnects = 0
+        self.absent = False
+        """True while the API server answers 404 for the resource (not served)."""
 
     # ----------------------------------------------------------------------------------------
     # Store access.
@@ -179,9 +181,16 @@ class Informer:
                 self.reconnects += 1
                 delay = self._delay
                 self._delay = min(self._delay * 2, self._backoff_max)
-                self._log.warning(
-                    "informer_reconnect", error=f"{type(error).__name__}: {error}", delay=delay
-                )
+                if isinstance(error, ApiException) and error.status == 404:
+                    # The API server does not serve the resource (an optional CRD that is not
+                    # installed, an API version that is off): said once, then retried quietly.
+                    if not self.absent:
+                        self._log.info("informer_resource_not_served", retry_max=self._backoff_max)
+                    self.absent = True
+                else:
+                    self._log.warning(
+                        "informer_reconnect", error=f"{type(error).__name__}: {error}", delay=delay
+                    )
                 await self._sleep(delay)
 
     async def _list_and_replace(self) -> None:
@@ -190,6 +199,7 @@ class Informer:
         self._replace(items, version)
         self._needs_list = False
         self._delay = self._backoff_initial
+        self.absent = False
         if relist:
             self.relists += 1
         else:
