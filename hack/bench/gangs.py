@@ -50,6 +50,7 @@ from hack.bench.control_plane import (
     KWOK_SELECTOR,
     NODES_READY_TIMEOUT_S,
     POLL_INTERVAL_S,
+    BoundPods,
     _expect_ok,
     clear_namespace,
     fresh_namespace,
@@ -77,7 +78,6 @@ from hack.bench.gang_workload import (
 from hack.localcluster import ClusterConfig, LocalCluster, NodeSpec, create_nodes, wait_nodes_ready
 from scheduler.kube.client import api_client_for
 from scheduler.kube.informer import Informer, KubeObject
-from topology.occupancy import GPUS_ANNOTATION
 
 GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
 SCHEDULED = "PodGroupInitiallyScheduled"
@@ -115,32 +115,13 @@ class RunResult:
     evidence that its gang scheduling, not pod-by-pod placement, started them."""
 
 
-class PodTimeline:
-    """Informer handler: when this process first saw each pod bound (where, which GPUs) and
-    when it saw it deleted."""
+class PodTimeline(BoundPods):
+    """Informer handler: when this process first saw each pod bound (`at`, where, which GPUs:
+    `BoundPods`) and when it saw it deleted."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self.bound_at: dict[str, float] = {}
-        self.node: dict[str, str] = {}
-        self.gpus: dict[str, str | None] = {}
+        super().__init__(clock)
         self.deleted_at: dict[str, float] = {}
-
-    def _see(self, obj: KubeObject) -> None:
-        metadata = obj.get("metadata") or {}
-        name = metadata.get("name", "")
-        node = (obj.get("spec") or {}).get("nodeName")
-        if not node or name in self.bound_at:
-            return
-        self.bound_at[name] = self.clock()
-        self.node[name] = node
-        self.gpus[name] = (metadata.get("annotations") or {}).get(GPUS_ANNOTATION)
-
-    def on_add(self, obj: KubeObject) -> None:
-        self._see(obj)
-
-    def on_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._see(new)
 
     def on_delete(self, obj: KubeObject) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
@@ -291,7 +272,7 @@ async def run_jobs(
             for job in jobs:
                 if job.name not in created or job.name in finishing:
                     continue
-                bound = sorted(seen.bound_at[n] for n in job.pod_names() if n in seen.bound_at)
+                bound = sorted(seen.at[n] for n in job.pod_names() if n in seen.at)
                 if len(bound) == job.members and now >= bound[-1] + job.duration_s:
                     finishing.add(job.name)
                     spawn(finish(job))
@@ -317,7 +298,7 @@ async def run_jobs(
                 PodOutcome(
                     name,
                     job.gpus,
-                    since(seen.bound_at.get(name)),
+                    since(seen.at.get(name)),
                     seen.node.get(name),
                     seen.gpus.get(name),
                     since(seen.deleted_at.get(name)),
@@ -331,8 +312,8 @@ async def run_jobs(
     await clear_namespace(
         core,
         namespace,
-        [n for n in left if n not in seen.bound_at],
-        [n for n in left if n in seen.bound_at],
+        [n for n in left if n not in seen.at],
+        [n for n in left if n in seen.at],
         options.create_concurrency,
     )
     metrics = summarize(label, outcomes, nodes, end_s, options.burst_s)

@@ -123,7 +123,7 @@ def test_the_pod_watch_keeps_the_first_binding_and_the_deletion() -> None:
     timeline.on_update(pending, bound)
     timeline.on_update(bound, bound)
     timeline.on_delete(bound)
-    assert (timeline.bound_at, timeline.node, timeline.gpus) == (
+    assert (timeline.at, timeline.node, timeline.gpus) == (
         {"p": 1.0},
         {"p": "n1"},
         {"p": "0,1"},
