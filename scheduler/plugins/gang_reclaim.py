@@ -48,7 +48,7 @@ from scheduler.gang_victims import (
 from scheduler.gangs import GangTracker, PodGroupInfo, gang_key
 from scheduler.kube.apierrors import APIError
 from scheduler.kube.events import NORMAL, WARNING, ObjectRef
-from scheduler.kube.eviction import EvictionResult, evict_pod, nominate
+from scheduler.kube.eviction import EvictionResult, nominate
 from scheduler.objects import PodInfo
 from scheduler.plugins.reclaim import Reclaimer
 from scheduler.plugins.victims import (
@@ -360,12 +360,7 @@ class GangReclaimer:
                 log.info("gang_reclaim_stale", gang=request.group.key, reason=why)
                 self._count("stale")
                 return False
-            started = r.clock()
-            result, message = await evict_pod(
-                self.core, victim.pod.namespace, victim.pod.name, victim.pod.uid
-            )
-            r.last_eviction_s = r.clock() - started
-            r.stats.evictions[result.value] += 1
+            result, message = await r.evict(victim)
             log.info(
                 "gang_reclaim_evict",
                 step=chosen.step,

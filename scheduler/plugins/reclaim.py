@@ -284,6 +284,16 @@ class Reclaimer:
         self.stats.attempts += 1
         return True
 
+    async def evict(self, victim: Victim) -> tuple[EvictionResult, str]:
+        """One Eviction of `victim` (by its UID), timed (`last_eviction_s`) and counted."""
+        started = self.clock()
+        result, message = await evict_pod(
+            self.core, victim.pod.namespace, victim.pod.name, victim.pod.uid
+        )
+        self.last_eviction_s = self.clock() - started
+        self.stats.evictions[result.value] += 1
+        return result, message
+
     def nominate(self, pod: PodInfo, node: str) -> None:
         """Reserve the room made on `node` for `pod` (this UID) for `reservation_seconds`."""
         self.nominations.pop(pod.key, None)
@@ -644,12 +654,7 @@ class Reclaimer:
                 if why is not None:
                     self._stop_stale(pod, plan, why)
                     return None
-                started = self.clock()
-                result, message = await evict_pod(
-                    self.core, victim.pod.namespace, victim.pod.name, victim.pod.uid
-                )
-                self.last_eviction_s = self.clock() - started
-                self.stats.evictions[result.value] += 1
+                result, message = await self.evict(victim)
                 log.info(
                     "reclaim_evict",
                     step=plan.step,

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
 from tests.integration.test_deployment_rbac import _rbac_documents, _token_kubeconfig
-from tests.integration.test_gangs import condition_is, member
+from tests.integration.test_gangs import condition_is, create_group, member
 from tests.integration.test_reclaim import (  # noqa: F401  (the classes fixture)
     H200_PAIR,
     attempt_finished,
@@ -37,22 +37,6 @@ from tests.scheduling import (
 )
 
 GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
-
-
-async def create_group(
-    api_client: client.ApiClient, namespace: str, name: str, min_count: int, all_: bool = False
-) -> None:
-    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
-    if all_:
-        spec["disruptionMode"] = {"all": {}}
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    custom = client.CustomObjectsApi(api_client)
-    await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
 
 async def condition_of(
@@ -189,7 +173,7 @@ async def _victim_gang(
     """Two 2-GPU nodes, each full with a member of gang `old` (disruptionMode all): old0 idle,
     old1 with `second_usage`; a pending 2-GPU pod of lower priority than both."""
     nodes = await make_nodes(core_api, [isolated(H200_PAIR, namespace, count=2)])
-    await create_group(api_client, namespace, "old", 2, all_=True)
+    await create_group(api_client, namespace, "old", 2, disrupt_all=True)
     usages = ["constant:util=0", second_usage]
     for i, (node, usage) in enumerate(zip(nodes, usages, strict=True)):
         await gang_holder(core_api, namespace, f"old{i}", node, names["idle-ok"], usage, "old")

@@ -32,10 +32,14 @@ async def create_group(
     name: str,
     min_count: int,
     topology: str | None = None,
+    disrupt_all: bool = False,
 ) -> None:
+    """A v1beta1 gang PodGroup; `disrupt_all`: disruptionMode all (evicted as one)."""
     spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
     if topology:
         spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    if disrupt_all:
+        spec["disruptionMode"] = {"all": {}}
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "PodGroup",

@@ -47,7 +47,6 @@ def setup(
 ) -> tuple[Rig, GangReclaimer, GangTracker, Conditions]:
     cache = cluster(make_node("n1", gpus=2), make_node("n2", gpus=2), pods=victims)
     rig = make_rig(monkeypatch, cache, classes=classes, preemption=True)
-    monkeypatch.setattr(gang_plugin, "evict_pod", rig.api.evict)
     monkeypatch.setattr(gang_plugin, "nominate", rig.api.nominate)
     conditions = Conditions()
     monkeypatch.setattr(victims_plugin, "set_pod_group_condition", conditions)
@@ -260,7 +259,6 @@ async def test_dry_run_reports_the_gang_plan_and_evicts_nothing(
         pods=[victim_pod("idle1", "n1", gpus=2), victim_pod("idle2", "n2", gpus=2)],
     )
     rig = make_rig(monkeypatch, cache, mode="dry-run")
-    monkeypatch.setattr(gang_plugin, "evict_pod", rig.api.evict)
     monkeypatch.setattr(gang_plugin, "nominate", rig.api.nominate)
     rig.usage.gpus.update(idle1=2, idle2=2)
     tracker = GangTracker()
