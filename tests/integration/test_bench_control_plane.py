@@ -77,7 +77,7 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
 async def test_steady_rate_and_a_variant_run_side_by_side(
     cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
 ) -> None:
-    """A steady arrival mode only, with one gpu-scheduler variant (binds rate-limited): four
+    """A steady arrival mode only, with one gpu-scheduler variant (no rate limit, 16 binds in flight): four
     runs, each binds every pod; the ratios have one row per gpu-scheduler run."""
     suffix = namespace[-6:]
     specs = node_specs(12, prefix=f"r{suffix}-", labels={TEST_LABEL: namespace})
@@ -91,7 +91,7 @@ async def test_steady_rate_and_a_variant_run_side_by_side(
         namespace_prefix=f"rate-{suffix}",
         rates=(40.0,),
         burst=False,
-        variants=(("qps", {"binding": {"qps": 20, "burst": 2, "concurrency": 64}}),),
+        variants=(("cap16", {"binding": {"qps": 0, "concurrency": 16}}),),
     )
 
     results = await side_by_side(cluster, api_client, specs, options)
@@ -99,12 +99,12 @@ async def test_steady_rate_and_a_variant_run_side_by_side(
     assert [(r.run, r.mode) for r in results] == [
         ("ceiling", "40/s"),
         ("gpu-scheduler", "40/s"),
-        ("qps", "40/s"),
+        ("cap16", "40/s"),
         ("kube-scheduler", "40/s"),
     ]
     for result in results:
         assert (result.bound, result.pending) == (PODS, 0), result
     assert [(row["mode"], row["run"]) for row in ratios(results)] == [
         ("40/s", "gpu-scheduler"),
-        ("40/s", "qps"),
+        ("40/s", "cap16"),
     ]

@@ -110,7 +110,9 @@ def test_defaults() -> None:
     assert (config.metrics_host, config.metrics_port) == ("0.0.0.0", 10261)
     assert config.scoring.weights == DEFAULT_WEIGHTS
     assert (config.scoring.preferred_affinity_weight, config.scoring.seed) == (1.0, 0)
-    assert config.binding == BindingConfig(concurrency=16, timeout_seconds=5.0)
+    assert config.binding == BindingConfig(
+        concurrency=1000, timeout_seconds=5.0, qps=100.0, burst=200
+    )
     assert config.backoff == BackoffConfig(initial_seconds=1.0, max_seconds=10.0)
     assert config.queue.unschedulable_flush_seconds == 60.0
     election = config.leader_election

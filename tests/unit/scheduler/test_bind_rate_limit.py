@@ -32,10 +32,15 @@ def test_limiter_holds_burst_tokens_refilled_at_qps(
     assert limiter.max_rate / limiter.time_period == pytest.approx(qps)
 
 
-def test_settings_default_to_no_limit_and_are_validated() -> None:
+def test_settings_default_to_a_rate_limit_and_are_validated() -> None:
     config = config_from_data({"binding": {"qps": 150, "burst": 300}})
     assert (config.binding.qps, config.binding.burst) == (150.0, 300)
-    assert (BindingConfig().qps, BindingConfig().burst) == (0.0, 0)
+    assert (BindingConfig().qps, BindingConfig().burst, BindingConfig().concurrency) == (
+        100.0,
+        200,
+        1000,
+    )
+    assert config_from_data({"binding": {"qps": 0}}).binding.qps == 0.0
     for bad in ({"qps": -1}, {"qps": float("nan")}, {"burst": -1}, {"burst": 1.5}):
         with pytest.raises(ConfigError) as raised:
             config_from_data({"binding": bad})
