@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import structlog
+from aiolimiter import AsyncLimiter
 from kubernetes_asyncio import client
 
 from metrics.scheduling import SchedulingMetrics
@@ -197,6 +198,7 @@ class Scheduler:
         recorder: EventRecorder,
         bind_concurrency: int = 16,
         bind_timeout: float = 30.0,
+        bind_limiter: AsyncLimiter | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         post_filter: PostFilter | None = None,
@@ -216,6 +218,9 @@ class Scheduler:
         self.post_filter = post_filter
         self.metrics = metrics or SchedulingMetrics.unregistered(scheduler_name)
         self._bind_slots = asyncio.Semaphore(bind_concurrency)
+        self._bind_limiter = bind_limiter
+        """Client-side rate limit of Binding calls (`bind_rate_limiter`), taken inside a slot
+        and before the leadership check, so a pod that waited for a token is checked after."""
         self._tasks = TaskSet("scheduler")
         self._condition_messages: OrderedDict[str, str] = OrderedDict()
         """Pod UID -> the message of the PodScheduled=False condition patched (or being
@@ -586,6 +591,8 @@ class Scheduler:
         None."""
         try:
             async with self._bind_slots:
+                if self._bind_limiter is not None:
+                    await self._bind_limiter.acquire()
                 if not self.is_leader():
                     self.cache.forget(pod.key)
                     self.queue.requeue_backoff(queued)

@@ -64,6 +64,7 @@ from scheduler.coscheduling import CoschedulingGroupHandler
 from scheduler.cycle import Scheduler
 from scheduler.gangs import GangTracker
 from scheduler.handlers import NodeHandler, PodGroupHandler, PodHandler
+from scheduler.kube.binding import bind_rate_limiter
 from scheduler.kube.client import fence_of
 from scheduler.kube.coscheduling import list_coscheduling_groups
 from scheduler.kube.events import EventRecorder
@@ -157,6 +158,7 @@ class Daemon:
             recorder=self.recorder,
             bind_concurrency=settings.binding.concurrency,
             bind_timeout=settings.binding.timeout_seconds,
+            bind_limiter=bind_rate_limiter(settings.binding.qps, settings.binding.burst),
             is_leader=lambda: self.elector.is_leader,
             clock=clock,
             post_filter=self.reclaimer,

@@ -1,7 +1,8 @@
 """gpu-scheduler against kube-scheduler on one real control plane, beside a bare binding loop.
 
-    python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 200] [--seed 0]
-        [--settle-seconds 15] [-o json]
+    python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
+        [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--settle-seconds 15]
+        [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -13,18 +14,26 @@ set (1, 2, 4 or 8 GPUs in the shares 40/30/20/10 %, nodeSelector `type=kwok`) go
   bucket of `qps` per second and burst `2 * qps`, at most 64 in flight: the fastest any scheduler
   could bind here;
 - gpu-scheduler: `python -m scheduler.cli run` as a child process, leader election off, every
-  other setting at its default (info logging, 16 bindings in flight);
+  other setting at its default; each `--variant` adds one more gpu-scheduler run with some
+  settings changed (`--variant bind64:binding.concurrency=64`), so that a setting is measured off
+  and on side by side in one run;
 - kube-scheduler: the cluster's own, `clientConnection.qps` / `burst` = `qps` / `2 * qps`.
 
 Rate limits: kube-scheduler (and kube-controller-manager) get `--qps` through
-`ClusterConfig.client_qps`. gpu-scheduler's kubernetes_asyncio client has no QPS limiter at all;
-what bounds its request rate is its binding concurrency (16) and its own CPU.
+`ClusterConfig.client_qps`; the default, 400 (burst 800), is far above the rate the API server
+here sustains, so kube-scheduler's client is not what limits it (scheduler_perf likewise runs
+kube-scheduler with a high client QPS). The table's header prints the value. gpu-scheduler's
+bindings go through its own `binding.*` settings.
 
-Pods are created by this process, `--create-concurrency` requests at a time, while the scheduler
-under test is already running; the pod set and its order are the same in every run. Between runs
-the pods are deleted (grace 0) and the benchmark waits until the namespace lists none, so each run
-starts on empty nodes. A run ends when every pod is bound, or when no pod was bound for
-`--settle-seconds` after the last one was created; pods still unbound are reported as pending
+Modes: burst (every pod created at once, `--create-concurrency` requests at a time) and, for
+each `--rate`, a steady arrival of that many pod creations a second, so that latency is also
+measured below the ceiling, where a scheduler is not saturated. Each mode repeats the three runs.
+
+Pods are created by this process while the scheduler under test is already running; the pod set
+and its order are the same in every run. Between runs the pods are deleted (grace 0) and the
+benchmark waits until the namespace lists none, so each run starts on empty nodes. A run ends
+when every pod is bound, or when no pod was bound for `--settle-seconds` after the last one was
+created; pods still unbound are reported as pending
 (1,000 nodes hold 4,664 GPUs; 5,000 pods of this mix ask for about 13,000).
 
 Measured per run, on this process's monotonic clock:
@@ -98,7 +107,7 @@ class Options:
     """One benchmark's knobs; the same for every run of it."""
 
     pods: int = 5000
-    qps: int = 200
+    qps: int = 400
     """Client rate limit of kube-scheduler and of the ceiling loop (burst twice this)."""
     seed: int = 0
     mix: tuple[float, ...] = DEFAULT_MIX
@@ -111,6 +120,24 @@ class Options:
     node_selector: Mapping[str, str] = field(default_factory=lambda: dict(KWOK_SELECTOR))
     gpu_scheduler_name: str = "gpu-scheduler"
     namespace_prefix: str = "bench"
+    rates: tuple[float, ...] = ()
+    """Steady arrival rates (pods created a second), each a mode of its own besides the burst."""
+    burst: bool = True
+    """Whether the burst mode (all pods at once) runs."""
+    variants: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    """Extra gpu-scheduler runs: (label, configuration overrides merged into its config file)."""
+    profile: str = ""
+    """When set, one more gpu-scheduler run (default settings, burst mode only, label
+    "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
+
+    def modes(self) -> list[float | None]:
+        """The arrival modes to run, in order: None is the burst, a number a steady rate."""
+        return ([None] if self.burst else []) + list(self.rates)
+
+
+def mode_name(rate: float | None) -> str:
+    """ "burst", or "50/s" for a steady rate."""
+    return "burst" if rate is None else f"{rate:g}/s"
 
 
 @dataclass(frozen=True)
@@ -131,6 +158,7 @@ class RunResult:
     multi_gpu_pods: int
     one_domain_pods: int
     one_domain_pct: float | None
+    mode: str = "burst"
 
 
 # -- the cluster and the pod set ---------------------------------------------------------------
@@ -404,12 +432,17 @@ async def run_pods(
     options: Options,
     meter: ProcessMeter | None = None,
     plan: Mapping[int, str] | None = None,
+    rate: float | None = None,
+    slug: str = "",
 ) -> RunResult:
     """Create the pod set for `scheduler_name` and wait until it is bound (see the module
-    docstring). With `plan`, this process binds the planned pods itself (the ceiling)."""
+    docstring). With `plan`, this process binds the planned pods itself (the ceiling). With
+    `rate`, pod i's create request is sent at i / rate seconds after the first (never earlier;
+    later only when `create_concurrency` requests are already waiting). `slug` (a DNS label)
+    names the run's namespace; the default is `label`."""
     core = client.CoreV1Api(api)
     clock = time.monotonic
-    namespace = await fresh_namespace(core, f"{options.namespace_prefix}-{label}")
+    namespace = await fresh_namespace(core, f"{options.namespace_prefix}-{slug or label}")
     seen = BoundPods(clock)
     informer = Informer(
         f"bench-{label}", functools.partial(core.list_namespaced_pod, namespace), seen
@@ -423,6 +456,7 @@ async def run_pods(
     bucket = TokenBucket(options.qps, 2 * options.qps, clock)
     binds: set[asyncio.Task[None]] = set()
     creation_done = 0.0
+    arrival_start = 0.0
 
     async def bind(name: str, node: str) -> None:
         async with bind_gate:
@@ -441,6 +475,8 @@ async def run_pods(
     async def create(index: int) -> None:
         name = names[index]
         manifest = pod_manifest(name, sizes[index], scheduler_name, options.node_selector)
+        if rate is not None:
+            await asyncio.sleep(max(0.0, arrival_start + index / rate - clock()))
         async with create_gate:
             created[name] = clock()
             response = await core.create_namespaced_pod(
@@ -453,7 +489,8 @@ async def run_pods(
             task.add_done_callback(binds.discard)
 
     async def create_all() -> None:
-        nonlocal creation_done
+        nonlocal creation_done, arrival_start
+        arrival_start = clock()
         await asyncio.gather(*(create(i) for i in range(len(names))))
         creation_done = clock()
 
@@ -519,6 +556,7 @@ async def run_pods(
         multi_gpu_pods=eligible,
         one_domain_pods=inside,
         one_domain_pct=100.0 * inside / eligible if eligible else None,
+        mode=mode_name(rate),
     )
 
 
@@ -539,22 +577,52 @@ def _ready(url: str) -> bool:
         return False
 
 
-def start_gpu_scheduler(cluster: LocalCluster, scheduler_name: str) -> Component:
+def overrides_of(text: str) -> dict[str, Any]:
+    """`binding.concurrency=64,binding.qps=0` as a nested configuration mapping; values are
+    read as YAML scalars."""
+    settings: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"setting {item[:80]!r} is not KEY=VALUE")
+        *parents, leaf = key.split(".")
+        level = settings
+        for parent in parents:
+            level = level.setdefault(parent, {})
+        level[leaf] = yaml.safe_load(value)
+    return settings
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def start_gpu_scheduler(
+    cluster: LocalCluster,
+    scheduler_name: str,
+    overrides: Mapping[str, Any] | None = None,
+    profile: str = "",
+) -> Component:
     """`python -m scheduler.cli run` as a component of the cluster (so its teardown covers it),
-    leader election off; returns once its caches have synced."""
+    leader election off, `overrides` merged into its configuration, under cProfile writing
+    `profile` when given (at its graceful stop); returns once its caches have synced."""
     port = free_port()
     config = cluster.work_dir / f"{scheduler_name}-bench.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "schedulerName": scheduler_name,
-                "leaderElection": {"enabled": False},
-                "metricsAddress": f"127.0.0.1:{port}",
-            }
-        )
-    )
+    base = {
+        "schedulerName": scheduler_name,
+        "leaderElection": {"enabled": False},
+        "metricsAddress": f"127.0.0.1:{port}",
+    }
+    config.write_text(yaml.safe_dump(_merge(base, overrides or {})))
     argv = [
         sys.executable,
+        *(["-m", "cProfile", "-o", os.path.abspath(profile)] if profile else []),
         "-m",
         "scheduler.cli",
         "run",
@@ -582,31 +650,66 @@ async def side_by_side(
     specs: Sequence[NodeSpec],
     options: Options,
 ) -> list[RunResult]:
-    """The three runs over the nodes of `specs` (created and Ready): ceiling, gpu-scheduler,
-    kube-scheduler."""
+    """Per mode (`Options.modes`), the runs over the nodes of `specs` (created and Ready):
+    ceiling, gpu-scheduler, each variant of it, kube-scheduler."""
     topologies = topologies_of(specs)
     sizes = pod_sizes(options.pods, options.seed, options.mix)
     capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
-    results = [
-        await run_pods(
-            api, "ceiling", NOBODY, sizes, topologies, options, plan=plan_bindings(sizes, capacity)
-        )
-    ]
-    component = start_gpu_scheduler(cluster, options.gpu_scheduler_name)
-    try:
-        meter = ProcessMeter(component.process.pid)
+    results: list[RunResult] = []
+    for mode_index, rate in enumerate(options.modes()):
+        gpu_runs: list[tuple[str, Mapping[str, Any]]] = [("gpu-scheduler", {}), *options.variants]
+        if options.profile and rate is None:
+            gpu_runs.append(("cprofile", {}))
+        tag = f"m{mode_index}"
+        plan = plan_bindings(sizes, capacity)
         results.append(
             await run_pods(
-                api, "gpu-scheduler", options.gpu_scheduler_name, sizes, topologies, options, meter
+                api,
+                "ceiling",
+                NOBODY,
+                sizes,
+                topologies,
+                options,
+                plan=plan,
+                rate=rate,
+                slug=f"ceiling-{tag}",
             )
         )
-    finally:
-        component.stop()
-    meter = ProcessMeter(kube_scheduler_pid(cluster))
-    meter.reset_peak()
-    results.append(
-        await run_pods(api, "kube-scheduler", KUBE_SCHEDULER, sizes, topologies, options, meter)
-    )
+        for run_index, (label, overrides) in enumerate(gpu_runs):
+            profile = options.profile if label == "cprofile" else ""
+            component = start_gpu_scheduler(cluster, options.gpu_scheduler_name, overrides, profile)
+            try:
+                meter = ProcessMeter(component.process.pid)
+                results.append(
+                    await run_pods(
+                        api,
+                        label,
+                        options.gpu_scheduler_name,
+                        sizes,
+                        topologies,
+                        options,
+                        meter,
+                        rate=rate,
+                        slug=f"gpu{run_index}-{tag}",
+                    )
+                )
+            finally:
+                component.stop()
+        meter = ProcessMeter(kube_scheduler_pid(cluster))
+        meter.reset_peak()
+        results.append(
+            await run_pods(
+                api,
+                "kube-scheduler",
+                KUBE_SCHEDULER,
+                sizes,
+                topologies,
+                options,
+                meter,
+                rate=rate,
+                slug=f"kube-{tag}",
+            )
+        )
     return results
 
 
@@ -634,33 +737,35 @@ async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
 
 
 def ratios(results: Sequence[RunResult]) -> list[dict[str, Any]]:
-    """Per node count: gpu-scheduler / kube-scheduler, and each / ceiling."""
+    """Per node count, mode and gpu-scheduler run (the default one and each variant):
+    gpu-scheduler / kube-scheduler, and each / ceiling."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
     rows = []
-    for nodes in sorted({r.nodes for r in results}):
-        by_run = {r.run: r for r in results if r.nodes == nodes}
-        ceiling, ours, theirs = (
-            by_run["ceiling"],
-            by_run["gpu-scheduler"],
-            by_run["kube-scheduler"],
-        )
-
-        def ratio(a: float | None, b: float | None) -> float | None:
-            return a / b if a is not None and b else None
-
-        rows.append(
-            {
-                "nodes": nodes,
-                "gpu_vs_kube_pods_per_s": ratio(ours.pods_per_s, theirs.pods_per_s),
-                "gpu_vs_kube_p50": ratio(ours.p50_ms, theirs.p50_ms),
-                "gpu_vs_kube_p99": ratio(ours.p99_ms, theirs.p99_ms),
-                "gpu_vs_kube_cpu_per_pod": ratio(
-                    ours.cpu_s_per_1000_pods, theirs.cpu_s_per_1000_pods
-                ),
-                "gpu_vs_kube_peak_rss": ratio(ours.peak_rss_mib, theirs.peak_rss_mib),
-                "gpu_vs_ceiling_pods_per_s": ratio(ours.pods_per_s, ceiling.pods_per_s),
-                "kube_vs_ceiling_pods_per_s": ratio(theirs.pods_per_s, ceiling.pods_per_s),
-            }
-        )
+    groups = dict.fromkeys((r.nodes, r.mode) for r in results)
+    for nodes, mode in groups:
+        by_run = {r.run: r for r in results if (r.nodes, r.mode) == (nodes, mode)}
+        ceiling, theirs = by_run["ceiling"], by_run["kube-scheduler"]
+        ours_runs = [r for r in by_run.values() if r.run not in ("ceiling", "kube-scheduler")]
+        for ours in ours_runs:
+            rows.append(
+                {
+                    "nodes": nodes,
+                    "mode": mode,
+                    "run": ours.run,
+                    "gpu_vs_kube_pods_per_s": ratio(ours.pods_per_s, theirs.pods_per_s),
+                    "gpu_vs_kube_p50": ratio(ours.p50_ms, theirs.p50_ms),
+                    "gpu_vs_kube_p99": ratio(ours.p99_ms, theirs.p99_ms),
+                    "gpu_vs_kube_cpu_per_pod": ratio(
+                        ours.cpu_s_per_1000_pods, theirs.cpu_s_per_1000_pods
+                    ),
+                    "gpu_vs_kube_peak_rss": ratio(ours.peak_rss_mib, theirs.peak_rss_mib),
+                    "gpu_vs_ceiling_pods_per_s": ratio(ours.pods_per_s, ceiling.pods_per_s),
+                    "kube_vs_ceiling_pods_per_s": ratio(theirs.pods_per_s, ceiling.pods_per_s),
+                }
+            )
     return rows
 
 
@@ -674,8 +779,9 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
         f"seed {options.seed}, client qps {options.qps} / burst {2 * options.qps}"
     )
     header = (
-        f"{'nodes':>6} {'run':<15} {'bound':>6} {'pending':>7} {'GPUs':>6} {'pods/s':>7} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} {'RSS MiB':>8} {'one domain':>16}"
+        f"{'nodes':>6} {'mode':>6} {'run':<15} {'bound':>6} {'pending':>7} {'GPUs':>6} "
+        f"{'pods/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} {'RSS MiB':>8} "
+        f"{'one domain':>16}"
     )
     print(header)
     for r in results:
@@ -685,18 +791,18 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
             else "-"
         )
         print(
-            f"{r.nodes:>6} {r.run:<15} {r.bound:>6} {r.pending:>7} {r.gpus_bound:>6} "
+            f"{r.nodes:>6} {r.mode:>6} {r.run:<15} {r.bound:>6} {r.pending:>7} {r.gpus_bound:>6} "
             f"{_cell(r.pods_per_s):>7} {_cell(r.p50_ms, 0):>8} {_cell(r.p99_ms, 0):>8} "
             f"{_cell(r.cpu_s_per_1000_pods, 2):>9} {_cell(r.peak_rss_mib, 0):>8} {domain:>16}"
         )
     for row in ratios(results):
         print(
-            f"{row['nodes']} nodes: gpu-scheduler / kube-scheduler: "
+            f"{row['nodes']} nodes, {row['mode']}: {row['run']} / kube-scheduler: "
             f"pods/s {_cell(row['gpu_vs_kube_pods_per_s'], 2)}x, "
             f"p50 {_cell(row['gpu_vs_kube_p50'], 2)}x, p99 {_cell(row['gpu_vs_kube_p99'], 2)}x, "
             f"CPU/pod {_cell(row['gpu_vs_kube_cpu_per_pod'], 2)}x, "
             f"peak RSS {_cell(row['gpu_vs_kube_peak_rss'], 2)}x; / ceiling pods/s: "
-            f"gpu-scheduler {_cell(row['gpu_vs_ceiling_pods_per_s'], 2)}x, "
+            f"{row['run']} {_cell(row['gpu_vs_ceiling_pods_per_s'], 2)}x, "
             f"kube-scheduler {_cell(row['kube_vs_ceiling_pods_per_s'], 2)}x"
         )
         speed, cpu = row["gpu_vs_kube_pods_per_s"], row["gpu_vs_kube_cpu_per_pod"]
@@ -712,7 +818,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.bench.control_plane", description=__doc__)
     parser.add_argument("--nodes", default="1000,5000", help="node counts, one cluster each")
     parser.add_argument("--pods", type=int, default=5000)
-    parser.add_argument("--qps", type=int, default=200, help="client QPS (burst is twice this)")
+    parser.add_argument(
+        "--qps", type=int, default=400, help="kube-scheduler's client QPS (burst is twice this)"
+    )
+    parser.add_argument(
+        "--rate", default="", help="steady arrival modes, pods created a second: 50,100"
+    )
+    parser.add_argument("--no-burst", action="store_true", help="skip the burst mode")
+    parser.add_argument(
+        "--profile", default="", metavar="FILE", help="one more gpu-scheduler run under cProfile"
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=VALUE,...",
+        help="one more gpu-scheduler run with these settings (repeatable)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
@@ -728,6 +850,13 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         settle_s=args.settle_seconds,
         create_concurrency=args.create_concurrency,
+        rates=tuple(float(r) for r in args.rate.split(",") if r.strip()),
+        burst=not args.no_burst,
+        profile=args.profile,
+        variants=tuple(
+            (label, overrides_of(text))
+            for label, _, text in (v.partition(":") for v in args.variant)
+        ),
     )
     results: list[RunResult] = []
     for count in args.nodes.split(","):

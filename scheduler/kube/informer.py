@@ -39,6 +39,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+import orjson
 import structlog
 from kubernetes_asyncio.client import ApiException
 
@@ -51,6 +52,18 @@ _SHORT_WATCH_SECONDS = 1.0
 """A watch that ends without a single event sooner than this counts as a failure (backoff)."""
 
 log = structlog.get_logger("scheduler.informer")
+
+
+def decode_json(data: bytes | str) -> Any:
+    """One JSON document (a list page or a watch line), decoded by orjson (several times faster
+    than `json.loads` on API objects); what orjson refuses but the standard library reads (NaN,
+    Infinity) is read by `json.loads`, so such an object is applied rather than stalling the
+    watch. Integers up to 64 bits are exact; orjson reads larger ones (never in an API object)
+    as floats. Raises `ValueError` on text that is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 class InformerHandler(Protocol):
@@ -222,7 +235,7 @@ class Informer:
             response = await self._list_fn(**kwargs)
             try:
                 await _raise_for_status(response)
-                body = json.loads(await response.read())
+                body = decode_json(await response.read())
             finally:
                 response.release()
             kind = str(body.get("kind", "")).removesuffix("List")
@@ -270,7 +283,7 @@ class Informer:
             await _raise_for_status(response)
             async for line in _lines(response.content):
                 if line.strip():
-                    self._apply(json.loads(line))
+                    self._apply(decode_json(line))
                     events += 1
                     self._delay = self._backoff_initial
         finally:

@@ -44,6 +44,7 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
     results = await side_by_side(cluster, api_client, specs, options)
 
     assert [r.run for r in results] == ["ceiling", "gpu-scheduler", "kube-scheduler"]
+    assert {r.mode for r in results} == {"burst"}
     sizes = pod_sizes(PODS, options.seed, MIX)
     for result in results:
         assert (result.bound, result.pending) == (PODS, 0), result
@@ -60,6 +61,8 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
     [row] = ratios(results)
     assert set(row) == {
         "nodes",
+        "mode",
+        "run",
         "gpu_vs_kube_pods_per_s",
         "gpu_vs_kube_p50",
         "gpu_vs_kube_p99",
@@ -69,3 +72,39 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
         "kube_vs_ceiling_pods_per_s",
     }
     json.dumps([asdict(r) for r in results])  # the -o json document serializes
+
+
+async def test_steady_rate_and_a_variant_run_side_by_side(
+    cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """A steady arrival mode only, with one gpu-scheduler variant (no rate limit, 16 binds in flight): four
+    runs, each binds every pod; the ratios have one row per gpu-scheduler run."""
+    suffix = namespace[-6:]
+    specs = node_specs(12, prefix=f"r{suffix}-", labels={TEST_LABEL: namespace})
+    await make_nodes(core_api, specs)
+    options = Options(
+        pods=PODS,
+        mix=MIX,
+        settle_s=5.0,
+        node_selector={TEST_LABEL: namespace},
+        gpu_scheduler_name=namespace,
+        namespace_prefix=f"rate-{suffix}",
+        rates=(40.0,),
+        burst=False,
+        variants=(("cap16", {"binding": {"qps": 0, "concurrency": 16}}),),
+    )
+
+    results = await side_by_side(cluster, api_client, specs, options)
+
+    assert [(r.run, r.mode) for r in results] == [
+        ("ceiling", "40/s"),
+        ("gpu-scheduler", "40/s"),
+        ("cap16", "40/s"),
+        ("kube-scheduler", "40/s"),
+    ]
+    for result in results:
+        assert (result.bound, result.pending) == (PODS, 0), result
+    assert [(row["mode"], row["run"]) for row in ratios(results)] == [
+        ("40/s", "gpu-scheduler"),
+        ("40/s", "cap16"),
+    ]

@@ -47,7 +47,7 @@ FULL: dict[str, Any] = {
         "fragmentationWeight": 4.0,
         "seed": 42,
     },
-    "binding": {"concurrency": 4, "timeoutSeconds": 12.5},
+    "binding": {"concurrency": 4, "timeoutSeconds": 12.5, "qps": 75.0, "burst": 150},
     "backoff": {"initialSeconds": 0.5, "maxSeconds": 30.0},
     "queue": {"unschedulableFlushSeconds": 300.0},
     "leaderElection": {
@@ -110,7 +110,9 @@ def test_defaults() -> None:
     assert (config.metrics_host, config.metrics_port) == ("0.0.0.0", 10261)
     assert config.scoring.weights == DEFAULT_WEIGHTS
     assert (config.scoring.preferred_affinity_weight, config.scoring.seed) == (1.0, 0)
-    assert config.binding == BindingConfig(concurrency=16, timeout_seconds=5.0)
+    assert config.binding == BindingConfig(
+        concurrency=1000, timeout_seconds=5.0, qps=100.0, burst=200
+    )
     assert config.backoff == BackoffConfig(initial_seconds=1.0, max_seconds=10.0)
     assert config.queue.unschedulable_flush_seconds == 60.0
     election = config.leader_election
@@ -160,7 +162,7 @@ def test_full_file_round_trip(tmp_path: Path) -> None:
     assert config.scoring.weights.base == 25.0
     assert config.scoring.weights.node_match_close_ratio == 0.25
     assert config.scoring.seed == 42
-    assert config.binding == BindingConfig(4, 12.5)
+    assert config.binding == BindingConfig(4, 12.5, 75.0, 150)
     assert config.backoff == BackoffConfig(0.5, 30.0)
     assert config.queue.unschedulable_flush_seconds == 300.0
     assert config.leader_election == LeaderElectionConfig(
@@ -451,7 +453,8 @@ def test_unknown_keys_are_errors_with_a_suggestion(
 def test_unknown_key_without_a_close_match_lists_the_known_keys() -> None:
     error = error_of({"binding": {"zzz": 1}})
     assert str(error) == (
-        "config.yaml: binding.zzz: unknown key 'zzz' (known: concurrency, timeoutSeconds)"
+        "config.yaml: binding.zzz: unknown key 'zzz' "
+        "(known: burst, concurrency, qps, timeoutSeconds)"
     )
 
 

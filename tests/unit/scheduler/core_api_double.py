@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from aiolimiter import AsyncLimiter
+
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
 from scheduler.cycle import Scheduler
@@ -162,7 +164,9 @@ class Harness:
         self.clock.now += self.queue.backoff_duration(attempts) + 0.001
 
 
-def harness(cache: ClusterCache, backoff_initial: float = 1.0) -> Harness:
+def harness(
+    cache: ClusterCache, backoff_initial: float = 1.0, bind_limiter: AsyncLimiter | None = None
+) -> Harness:
     clock = FakeClock()
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(
         clock=clock, backoff_initial=backoff_initial, backoff_max=10.0
@@ -178,6 +182,7 @@ def harness(cache: ClusterCache, backoff_initial: float = 1.0) -> Harness:
         api_client=NO_CLIENT,
         recorder=recorder,
         clock=clock,
+        bind_limiter=bind_limiter,
     )
     scheduler.core = cast(Any, core)
     return Harness(cache, clock, queue, core, events, recorder, scheduler)

@@ -1,0 +1,78 @@
+"""The control-plane benchmark's pure parts: arrival modes, settings overrides, ratios."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hack.bench.control_plane import Options, RunResult, mode_name, overrides_of, ratios
+
+
+def test_kube_scheduler_qps_defaults_high_enough_not_to_throttle() -> None:
+    assert Options().qps == 400
+
+
+def test_modes_are_the_burst_then_each_rate() -> None:
+    assert Options().modes() == [None]
+    assert Options(rates=(50.0, 100.0)).modes() == [None, 50.0, 100.0]
+    assert Options(rates=(50.0,), burst=False).modes() == [50.0]
+    assert [mode_name(m) for m in Options(rates=(50.0, 12.5)).modes()] == [
+        "burst",
+        "50/s",
+        "12.5/s",
+    ]
+
+
+def test_overrides_nest_dotted_keys_and_read_yaml_scalars() -> None:
+    assert overrides_of("binding.concurrency=64, binding.qps=150.5,logLevel=warning") == {
+        "binding": {"concurrency": 64, "qps": 150.5},
+        "logLevel": "warning",
+    }
+    assert overrides_of("") == {}
+
+
+@pytest.mark.parametrize("text", ["binding.concurrency", "=3"])
+def test_overrides_refuse_items_without_a_key_and_value(text: str) -> None:
+    with pytest.raises(ValueError, match="is not KEY=VALUE"):
+        overrides_of(text)
+
+
+def result(run: str, mode: str, pods_per_s: float, p50: float) -> RunResult:
+    return RunResult(
+        nodes=10,
+        run=run,
+        pods=100,
+        bound=100,
+        pending=0,
+        gpus_bound=100,
+        seconds=1.0,
+        pods_per_s=pods_per_s,
+        p50_ms=p50,
+        p99_ms=2 * p50,
+        cpu_s=1.0,
+        cpu_s_per_1000_pods=10.0,
+        peak_rss_mib=100.0,
+        multi_gpu_pods=0,
+        one_domain_pods=0,
+        one_domain_pct=None,
+        mode=mode,
+    )
+
+
+def test_ratios_compare_each_gpu_scheduler_run_within_its_mode() -> None:
+    runs = [
+        result("ceiling", "burst", 100.0, 10.0),
+        result("gpu-scheduler", "burst", 50.0, 40.0),
+        result("qps", "burst", 90.0, 20.0),
+        result("kube-scheduler", "burst", 80.0, 20.0),
+        result("ceiling", "50/s", 50.0, 5.0),
+        result("gpu-scheduler", "50/s", 50.0, 30.0),
+        result("kube-scheduler", "50/s", 50.0, 10.0),
+    ]
+    rows = {(r["mode"], r["run"]): r for r in ratios(runs)}
+    assert list(rows) == [("burst", "gpu-scheduler"), ("burst", "qps"), ("50/s", "gpu-scheduler")]
+    assert rows["burst", "qps"]["gpu_vs_ceiling_pods_per_s"] == pytest.approx(0.9)
+    assert rows["burst", "gpu-scheduler"]["gpu_vs_kube_p50"] == pytest.approx(2.0)
+    assert rows["50/s", "gpu-scheduler"]["gpu_vs_kube_p50"] == pytest.approx(3.0)
+    assert math.isclose(rows["50/s", "gpu-scheduler"]["gpu_vs_kube_pods_per_s"], 1.0)
