@@ -77,8 +77,8 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
 async def test_steady_rate_and_a_variant_run_side_by_side(
     cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
 ) -> None:
-    """A steady arrival mode only, with one gpu-scheduler variant (no rate limit, 16 binds in flight): four
-    runs, each binds every pod; the ratios have one row per gpu-scheduler run."""
+    """A steady arrival mode only, with one gpu-scheduler variant (no rate limit, 16 binds in
+    flight): four runs, each binds every pod; the ratios have one row per gpu-scheduler run."""
     suffix = namespace[-6:]
     specs = node_specs(12, prefix=f"r{suffix}-", labels={TEST_LABEL: namespace})
     await make_nodes(core_api, specs)
