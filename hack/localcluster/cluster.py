@@ -460,7 +460,14 @@ class LocalCluster:
         )
         component = self.processes.start(
             "prometheus",
-            prometheus.argv(self.binaries.prometheus, config, self.work_dir / "prometheus", port),
+            prometheus.argv(
+                self.binaries.prometheus,
+                config,
+                self.work_dir / "prometheus",
+                port,
+                # Pods on the real node query it at this machine's address.
+                "0.0.0.0" if self.config.real_node else "127.0.0.1",
+            ),
         )
         self.processes.wait_ready(
             component, lambda: _http_ok(f"{self.prometheus_url}/-/ready"), READY_TIMEOUT_S
