@@ -14,12 +14,19 @@ overlay only sets what this cluster needs and leaves the base unchanged:
   (`CONFIG_MAP`, from the caller's text as `config.yaml`) whose name ends in a hash of its content,
   and the Deployment's config volume pointed at it. The daemon reads its configuration once at
   start; a changed text gives a new name, so the pod template changes and the Deployment rolls.
+
+With `webhooks=True` the overlay adds the admission webhooks Component (`manifests/webhooks`)
+without cert-manager: its Issuer and Certificate are deleted, the Secret `WEBHOOK_SECRET` is made
+from a serving certificate signed by the cluster CA (`pki.issue_serving_cert`) and that CA is the
+webhook configurations' caBundle. The caller's config text must then enable `webhooks`.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hack.localcluster.cluster import REPO_ROOT
+from hack.localcluster.pki import issue_serving_cert
 
 if TYPE_CHECKING:
     from hack.localcluster.cluster import LocalCluster
@@ -37,6 +45,8 @@ LEASE = "gpu-scheduler"
 POD_LABEL = "app.kubernetes.io/name=gpu-scheduler"
 SHIPPED_IMAGE = "gpu-scheduler"
 """The image name manifests/deployment.yaml uses (and kustomize `images:` replaces)."""
+WEBHOOK_SECRET = "gpu-scheduler-webhook-tls"
+WEBHOOK_SERVICE = "gpu-scheduler-webhooks"
 CONFIG_MAP = "gpu-scheduler-config"
 """The generated ConfigMap's name before kustomize appends its content hash."""
 ROLLOUT_TIMEOUT_S = 180.0
@@ -54,9 +64,13 @@ class Deployed:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def overlay_kustomization(manifests: Path, overlay: Path, image: str, node: str) -> dict[str, Any]:
+def overlay_kustomization(
+    manifests: Path, overlay: Path, image: str, node: str, ca_bundle: str | None = None
+) -> dict[str, Any]:
     """The overlay's kustomization.yaml (as data) over `manifests`, for `image` ("name:tag") on
-    the node named `node`, with the ConfigMap generated from `config.yaml` beside it."""
+    the node named `node`, with the ConfigMap generated from `config.yaml` beside it. With
+    `ca_bundle` (base64 of the CA's PEM) also the webhooks Component, served with the Secret
+    generated from `tls.crt`, `tls.key` and `ca.crt` beside it."""
     name, _, tag = image.rpartition(":")
     deployment_patch = {
         "apiVersion": "apps/v1",
@@ -72,7 +86,7 @@ def overlay_kustomization(manifests: Path, overlay: Path, image: str, node: str)
             }
         },
     }
-    return {
+    kustomization: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [os.path.relpath(manifests, overlay)],
@@ -82,14 +96,52 @@ def overlay_kustomization(manifests: Path, overlay: Path, image: str, node: str)
         ],
         "patches": [{"patch": json.dumps(deployment_patch)}],
     }
+    if ca_bundle is not None:
+        kustomization["components"] = [os.path.relpath(manifests / "webhooks", overlay)]
+        kustomization["secretGenerator"] = [
+            {
+                "name": WEBHOOK_SECRET,
+                "namespace": NAMESPACE,
+                "type": "kubernetes.io/tls",
+                "files": ["tls.crt", "tls.key", "ca.crt"],
+                "options": {"disableNameSuffixHash": True},
+            }
+        ]
+        for kind in ("Issuer", "Certificate"):
+            delete = {
+                "apiVersion": "cert-manager.io/v1",
+                "kind": kind,
+                "metadata": {"name": "gpu-scheduler-webhook", "namespace": NAMESPACE},
+                "$patch": "delete",
+            }
+            kustomization["patches"].append({"patch": json.dumps(delete)})
+        # The Component's one webhook configuration (the validating one is not in it).
+        add = [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca_bundle}]
+        target = {"kind": "MutatingWebhookConfiguration", "name": DEPLOYMENT}
+        kustomization["patches"].append({"target": target, "patch": json.dumps(add)})
+    return kustomization
 
 
-def write_overlay(cluster: LocalCluster, folder: Path, image: str, config_text: str) -> Path:
-    """Write the overlay for this cluster's real node into `folder`; returns `folder`."""
-    assert cluster.real_node is not None, "a cluster with real_node=True"
+def write_overlay(
+    cluster: LocalCluster, folder: Path, image: str, config_text: str, webhooks: bool = False
+) -> Path:
+    """Write the overlay for this cluster's real node into `folder` (with `webhooks`, the
+    webhooks Component and a serving certificate the first call makes); returns `folder`."""
+    assert cluster.real_node is not None and cluster.pki is not None, "a real node"
     folder.mkdir(parents=True, exist_ok=True)
+    ca_bundle = None
+    if webhooks:
+        if not (folder / "tls.crt").is_file():
+            service = f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc"
+            cert, key = issue_serving_cert(
+                cluster.pki, folder, "webhook", [service, f"{service}.cluster.local"]
+            )
+            cert.rename(folder / "tls.crt")
+            key.rename(folder / "tls.key")
+            shutil.copyfile(cluster.pki.ca_cert, folder / "ca.crt")
+        ca_bundle = base64.b64encode((folder / "ca.crt").read_bytes()).decode()
     kustomization = overlay_kustomization(
-        REPO_ROOT / "manifests", folder, image, cluster.real_node.name
+        REPO_ROOT / "manifests", folder, image, cluster.real_node.name, ca_bundle
     )
     (folder / "config.yaml").write_text(config_text)
     (folder / "kustomization.yaml").write_text(json.dumps(kustomization, indent=2))
@@ -147,16 +199,21 @@ def wait_rollout(cluster: LocalCluster, timeout_s: float = ROLLOUT_TIMEOUT_S) ->
 
 
 def deploy(
-    cluster: LocalCluster, archive: Path, image: str, config_text: str, folder: Path
+    cluster: LocalCluster,
+    archive: Path,
+    image: str,
+    config_text: str,
+    folder: Path,
+    webhooks: bool = False,
 ) -> Deployed:
-    """Import `archive` (named `image`), apply the overlay written into `folder`, wait until
-    rolled out. Raises InClusterError naming the step that failed."""
+    """Import `archive` (named `image`), apply the overlay written into `folder` (`webhooks`: see
+    `write_overlay`), wait until rolled out. Raises InClusterError naming the failed step."""
     deployed = Deployed(overlay=folder)
     started = time.monotonic()
     import_image(cluster, archive)
     deployed.timings["image import"] = time.monotonic() - started
     started = time.monotonic()
-    apply_overlay(cluster, write_overlay(cluster, folder, image, config_text))
+    apply_overlay(cluster, write_overlay(cluster, folder, image, config_text, webhooks))
     wait_rollout(cluster)
     deployed.timings["rollout"] = time.monotonic() - started
     return deployed

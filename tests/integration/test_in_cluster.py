@@ -46,6 +46,7 @@ from hack.localcluster.incluster import (
     write_overlay,
 )
 from hack.localcluster.nodes import G2, create_nodes, wait_nodes_ready
+from tests.conftest import announce
 from tests.integration.test_image import _require_tools
 from tests.kube import gpu_pod
 
@@ -53,9 +54,10 @@ pytestmark = pytest.mark.real_node
 
 WORKLOAD_NAMESPACE = "in-cluster-work"
 NODE_LABEL = "gpu-scheduler.io/in-cluster-test"
-SHIPPED_CONFIG = yaml.safe_load((REPO_ROOT / "manifests" / "configmap.yaml").read_text())["data"][
-    "config.yaml"
-]
+SHIPPED_CONFIG = yaml.safe_load(
+    (REPO_ROOT / "manifests" / "webhooks" / "configmap.yaml").read_text()
+)["data"]["config.yaml"]
+"""The shipped configuration with the admission webhooks on (the Component's ConfigMap)."""
 TIMEOUT_S = 120.0
 MEMORY_MARGIN = 2.0
 """The memory limit holds at least this many times the measured peak RSS of a replica."""
@@ -157,7 +159,9 @@ def deployed(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathF
     archive = image_archive()
     TIMINGS["image build or cache"] = time.monotonic() - started
     folder = tmp_path_factory.mktemp("in-cluster")
-    done = deploy(real_node_cluster, archive, IMAGE_NAME, SHIPPED_CONFIG, folder / "overlay")
+    done = deploy(
+        real_node_cluster, archive, IMAGE_NAME, SHIPPED_CONFIG, folder / "overlay", webhooks=True
+    )
     TIMINGS.update(done.timings)
     asyncio.run(_make_nodes(real_node_cluster.kubeconfig))
     real_node_cluster.kubectl("create", "namespace", WORKLOAD_NAMESPACE)
@@ -181,9 +185,7 @@ def report_timings(request: pytest.FixtureRequest) -> Iterator[None]:
             [f"{k} {v:.1f} s" for k, v in TIMINGS.items()]
             + [f"{k} {v:.0f}" for k, v in MEASURED.items()]
         )
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"in-cluster timings: {steps}")
+        announce(request.config, f"in-cluster timings: {steps}")
 
 
 def test_both_replicas_ready_on_the_real_node_with_one_leader(
@@ -235,6 +237,40 @@ def test_binds_gpu_pods_onto_kwok_nodes_from_inside_the_cluster(
     log = cluster.kubectl("logs", "-n", NAMESPACE, holder).stdout
     assert "Traceback" not in log
     delete_work(cluster)
+
+
+def test_the_mutating_webhook_is_served_through_its_service(
+    real_node_cluster: LocalCluster, deployed: Deployed, tmp_path: Path
+) -> None:
+    """A GPU pod naming no scheduler, in a namespace labelled for it, gets spec.schedulerName
+    gpu-scheduler from the replicas' webhook (the API server calls the Service, TLS with the
+    test's certificate), and is bound."""
+    cluster = real_node_cluster
+    namespace = "in-cluster-mutated"
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, "gpu-scheduler.io/enabled=true")
+    until(
+        lambda: (
+            cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", namespace, check=False
+            ).returncode
+            == 0
+        ),
+        "the namespace's ServiceAccount",
+    )
+    pod = gpu_pod("unnamed", 1, node_selector={NODE_LABEL: "yes"})
+    del pod["spec"]["schedulerName"]
+    pod["metadata"]["namespace"] = namespace
+    path = tmp_path / "pod.json"
+    path.write_text(json.dumps(pod))
+    cluster.kubectl("create", "-f", str(path))
+    created = get_json(cluster, "pod", "unnamed", "-n", namespace)
+    assert created["spec"]["schedulerName"] == "gpu-scheduler"
+    until(
+        lambda: get_json(cluster, "pod", "unnamed", "-n", namespace)["spec"].get("nodeName"),
+        "the mutated pod bound",
+    )
+    cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=60s")
 
 
 def test_prometheus_scrapes_both_replicas(
@@ -331,7 +367,7 @@ def test_a_configmap_change_rolls_the_deployment_without_a_pod_bound_twice(
     creating = threading.Thread(target=create_slowly)
     started = time.monotonic()
     creating.start()
-    apply_overlay(cluster, write_overlay(cluster, deployed.overlay, IMAGE_NAME, changed))
+    apply_overlay(cluster, write_overlay(cluster, deployed.overlay, IMAGE_NAME, changed, True))
     wait_rollout(cluster)
     TIMINGS["config roll"] = time.monotonic() - started
     creating.join(timeout=60)

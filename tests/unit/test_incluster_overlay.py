@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from hack.localcluster.cluster import REPO_ROOT
-from hack.localcluster.incluster import CONFIG_MAP, overlay_kustomization
+from hack.localcluster.incluster import CONFIG_MAP, WEBHOOK_SECRET, overlay_kustomization
 from tests.unit.test_operations_doc import cached_kubectl
 
 IMAGE = "gpu-scheduler.local/gpu-scheduler:dev"
@@ -84,3 +84,21 @@ def test_a_changed_config_text_changes_the_pod_template(tmp_path: Path) -> None:
     )
     assert first["spec"]["template"] == same["spec"]["template"]
     assert first["spec"]["template"] != changed["spec"]["template"]
+
+
+def test_the_webhooks_overlay_serves_them_with_its_own_certificate(tmp_path: Path) -> None:
+    folder = tmp_path / "overlay"
+    folder.mkdir()
+    kustomization = overlay_kustomization(REPO_ROOT / "manifests", folder, IMAGE, "n1", "Q0E=")
+    (folder / "kustomization.yaml").write_text(json.dumps(kustomization))
+    for name in ("config.yaml", "tls.crt", "tls.key", "ca.crt"):
+        (folder / name).write_text(f"{name}\n")
+    rendered = render(folder)
+    assert not [o for o in rendered if o["apiVersion"].startswith("cert-manager.io/")]
+    [secret] = [o for o in rendered if o["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == WEBHOOK_SECRET
+    assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    [mutating] = [o for o in rendered if o["kind"] == "MutatingWebhookConfiguration"]
+    assert [w["clientConfig"]["caBundle"] for w in mutating["webhooks"]] == ["Q0E="]
+    template = by_kind(rendered, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "webhook-tls", "secret": {"secretName": WEBHOOK_SECRET}} in template["volumes"]
