@@ -233,7 +233,8 @@ def test_binds_gpu_pods_onto_kwok_nodes_from_inside_the_cluster(
         holder,
         "",
     }
-    # The leader's requests came from its ServiceAccount, not an admin identity.
+    # The pods have no kubeconfig: in-cluster config, the mounted ServiceAccount token.
+    assert "--kubeconfig" not in json.dumps(scheduler_pods(cluster)[0]["spec"]["containers"])
     log = cluster.kubectl("logs", "-n", NAMESPACE, holder).stdout
     assert "Traceback" not in log
     delete_work(cluster)
