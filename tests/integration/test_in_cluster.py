@@ -67,15 +67,23 @@ MEASURED: dict[str, float] = {}
 """Other measurements printed with them."""
 
 
-def until(check: Any, what: str, timeout: float = TIMEOUT_S) -> Any:
-    """Poll `check()` every 0.5 s until it returns something truthy; fails naming `what`."""
+def until(
+    check: Any, what: str, timeout: float = TIMEOUT_S, cluster: LocalCluster | None = None
+) -> Any:
+    """Poll `check()` every 0.5 s until it returns something truthy; fails naming `what` (and,
+    given `cluster`, with the Lease and the pods of both namespaces)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}")
+    state = ""
+    if cluster is not None:
+        lease = cluster.kubectl("get", "lease", "-n", NAMESPACE, "-o", "yaml", check=False)
+        pods = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        state = f"\n{lease.stdout[-1500:]}\n{pods.stdout[-2500:]}"
+    pytest.fail(f"timed out waiting for {what}{state}")
 
 
 def get_json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
@@ -405,11 +413,11 @@ def test_deleting_the_leader_hands_over_to_the_other_replica(
     [other] = [name for name in others if name != holder]
     started = time.monotonic()
     cluster.kubectl("delete", "pod", holder, "-n", NAMESPACE, "--wait=false")
-    until(lambda: leader(cluster) == other, f"{other} to lead")
+    until(lambda: leader(cluster) == other, f"{other} to lead", cluster=cluster)
     TIMINGS["leader handover"] = time.monotonic() - started
     names = ["after-handover"]
     create_pods(cluster, tmp_path, [work_pod(name) for name in names])
-    until(lambda: all_bound(cluster, names), "a pod bound by the new leader")
+    until(lambda: all_bound(cluster, names), "a pod bound by the new leader", cluster=cluster)
     events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
     [scheduled] = [
         e
