@@ -2,6 +2,7 @@
 through what the scheduler does, one step at a time, then running until Ctrl-C.
 
     python -m hack.demo [--count N] [--nodes NODES.yaml] [--work-dir DIR] [--no-scheduler]
+                        [--in-cluster]
 
 Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
 
@@ -18,7 +19,10 @@ Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
 
 Then the command lines to try next (explain, kubectl), with paths relative to the repository when
 they are inside it. The scheduler runs as `gpu-scheduler run` with reclaim enforced against the
-cluster's Prometheus (its JSON log is gpu-scheduler.log in the logs folder).
+cluster's Prometheus (its JSON log is gpu-scheduler.log in the logs folder). With --in-cluster it
+runs instead as the shipped Deployment (manifests/, two replicas, leader election) on the cluster's
+real node, from the offline image (`hack/image`; needs root, see docs/local-cluster.md), with the
+same settings in its ConfigMap; `kubectl logs -n gpu-scheduler` shows its log.
 
 NODES.yaml, when given, is a list of node specs (fields of `hack.localcluster.NodeSpec`), e.g.
 
@@ -213,6 +217,37 @@ def start_scheduler(cluster: LocalCluster) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     cluster.processes.start("gpu-scheduler", argv, env=env, cwd=REPO_ROOT)
     return f"http://127.0.0.1:{port}/metrics"
+
+
+def start_in_cluster(cluster: LocalCluster) -> str:
+    """The shipped Deployment on the cluster's real node (`hack.localcluster.incluster`), with the
+    demo's settings over the shipped ConfigMap's, Prometheus at this machine's address; returns
+    the leader's metrics URL (a pod IP, which the host routes to)."""
+    from hack.image import IMAGE_NAME, image_archive
+    from hack.localcluster import incluster
+
+    assert cluster.real_node is not None and cluster.prometheus_url is not None
+    shipped = yaml.safe_load((REPO_ROOT / "manifests" / "configmap.yaml").read_text())
+    settings = {
+        **yaml.safe_load(shipped["data"]["config.yaml"]),
+        **yaml.safe_load(write_scheduler_config(cluster).read_text()),
+    }
+    port = urllib.parse.urlsplit(cluster.prometheus_url).port
+    settings["reclaim"]["prometheusUrl"] = f"http://{cluster.real_node.host_ip}:{port}"
+    say("importing the image and rolling out the Deployment on the real node ...")
+    deployed = incluster.deploy(
+        cluster,
+        image_archive(),
+        IMAGE_NAME,
+        yaml.safe_dump(settings, sort_keys=False),
+        cluster.work_dir / "in-cluster",
+    )
+    say(", ".join(f"{step} {seconds:.0f} s" for step, seconds in deployed.timings.items()))
+    holder = poll(lambda: bool(incluster.leader(cluster)), 60) and incluster.leader(cluster)
+    address = cluster.kubectl(
+        "get", "pod", str(holder), "-n", incluster.NAMESPACE, "-o", "jsonpath={.status.podIP}"
+    ).stdout
+    return f"http://{address}:10261/metrics"
 
 
 def load_specs(path: Path | None, count: int) -> list[NodeSpec]:
@@ -704,7 +739,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_scheduler:
         specs.append(RECLAIM_NODE)
     shutil.rmtree(args.work_dir, ignore_errors=True)
-    cluster = LocalCluster(ClusterConfig(work_dir=args.work_dir))
+    cluster = LocalCluster(ClusterConfig(work_dir=args.work_dir, real_node=args.in_cluster))
     say("starting the local control plane (a first run builds the Kubernetes binaries) ...")
     stop = False
 
@@ -718,7 +753,8 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, request_stop)
         names = asyncio.run(add_nodes(cluster.kubeconfig, specs))
         kubectl = str(cluster.binaries.kubectl) if cluster.binaries else "kubectl"
-        scheduler_url = "not started" if args.no_scheduler else start_scheduler(cluster)
+        start = start_in_cluster if args.in_cluster else start_scheduler
+        scheduler_url = "not started" if args.no_scheduler else start(cluster)
         say(
             f"\nlocal cluster ready in {cluster.started_in_s:.0f} s "
             f"with {len(names)} fake GPU nodes\n"
@@ -760,6 +796,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     parser.add_argument(
         "--no-scheduler", action="store_true", help="only the cluster: no scheduler, no workloads"
+    )
+    parser.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="the scheduler as the shipped Deployment on a real node (root; docs/local-cluster.md)",
     )
     return parser
 

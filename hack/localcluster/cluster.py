@@ -70,6 +70,9 @@ CONTROLLERS = (
     "job-controller",
     "persistentvolume-binder-controller",
 )
+REAL_NODE_CONTROLLERS = ("endpointslice-controller",)
+"""Also run with a real node: its pods serve Services (the webhooks' Service), whose endpoints
+kube-proxy routes to; kwok's pods serve nothing, so the default cluster does without them."""
 READY_TIMEOUT_S = 90.0
 
 FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
@@ -331,12 +334,13 @@ class LocalCluster:
     def _start_controller_manager(self) -> None:
         assert self.binaries is not None and self.pki is not None
         qps = self.config.client_qps
+        controllers = CONTROLLERS + (REAL_NODE_CONTROLLERS if self.config.real_node else ())
         self._start_secure_component(
             "kube-controller-manager",
             self.binaries.kube_controller_manager,
             [
                 f"--kubeconfig={self.kubeconfig}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(controllers)}",
                 f"--service-account-private-key-file={self.pki.service_account_key}",
                 f"--root-ca-file={self.pki.ca_cert}",
                 "--use-service-account-credentials=false",
@@ -460,7 +464,14 @@ class LocalCluster:
         )
         component = self.processes.start(
             "prometheus",
-            prometheus.argv(self.binaries.prometheus, config, self.work_dir / "prometheus", port),
+            prometheus.argv(
+                self.binaries.prometheus,
+                config,
+                self.work_dir / "prometheus",
+                port,
+                # Pods on the real node query it at this machine's address.
+                "0.0.0.0" if self.config.real_node else "127.0.0.1",
+            ),
         )
         self.processes.wait_ready(
             component, lambda: _http_ok(f"{self.prometheus_url}/-/ready"), READY_TIMEOUT_S

@@ -35,13 +35,16 @@ def write_config(path: Path, dcgm_target: str | None, scrape_interval_s: float) 
     return path
 
 
-def argv(binary: Path, config: Path, data_dir: Path, port: int) -> list[str]:
-    """Command line of a loopback-only Prometheus keeping two hours of data."""
+def argv(
+    binary: Path, config: Path, data_dir: Path, port: int, address: str = "127.0.0.1"
+) -> list[str]:
+    """Command line of a Prometheus on `address` (loopback unless pods must reach it) keeping two
+    hours of data."""
     return [
         str(binary),
         f"--config.file={config}",
         f"--storage.tsdb.path={data_dir}",
-        f"--web.listen-address=127.0.0.1:{port}",
+        f"--web.listen-address={address}:{port}",
         "--storage.tsdb.retention.time=2h",
         "--log.level=warn",
     ]

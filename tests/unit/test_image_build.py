@@ -155,7 +155,7 @@ def test_the_runtime_spec_applies_the_deployment_hardening(tmp_path: Path) -> No
     deployment = _deployment()
     pod = deployment["spec"]["template"]["spec"]
     pod["volumes"] = [*pod.get("volumes", []), {"name": "scratch", "emptyDir": {}}]
-    pod["containers"][0]["volumeMounts"].append({"name": "scratch", "mountPath": "/tmp"})
+    pod["containers"][0]["volumeMounts"].append({"name": "scratch", "mountPath": "/var/scratch"})
     caps = ["CAP_KILL"]
     config = {
         "process": {
@@ -173,7 +173,8 @@ def test_the_runtime_spec_applies_the_deployment_hardening(tmp_path: Path) -> No
     assert process["args"] == ["gpu-scheduler", "--version"]
     assert process["noNewPrivileges"] is True and not any(process["capabilities"].values())
     assert result["root"] == {"path": str(tmp_path / "rootfs"), "readonly": True}
-    assert [m["destination"] for m in result["mounts"]] == ["/proc", "/tmp"]
+    # The shipped emptyDir at /tmp, then the one added above.
+    assert [m["destination"] for m in result["mounts"]] == ["/proc", "/tmp", "/var/scratch"]
     assert config["process"]["noNewPrivileges"] is False  # the bundle's own is left alone
     config["process"]["user"]["uid"] = 0
     with pytest.raises(run.RunError, match="runAsNonRoot"):

@@ -1,0 +1,429 @@
+"""The shipped image and manifests as a Deployment on the local cluster's real node.
+
+The offline image (`hack/image`) is imported into the real node's containerd and `manifests/` is
+applied through an overlay that only names that image (`imagePullPolicy: Never`), pins the pods
+to the real node and generates the ConfigMap as docs/operations.md installs it, its name ending
+in a hash of its content (`hack/localcluster/incluster.py`). Then,
+in order: both replicas Ready and one leader; GPU pods bound onto kwok nodes from inside the
+cluster with the shipped ServiceAccount; both pods scraped by the cluster's Prometheus; the
+hardening seen on the host's view of the container processes (uid, capabilities, no new
+privileges, read-only root, RSS under the memory limit); a ConfigMap change rolls the Deployment
+while pods are created, none bound twice; deleting the leader hands over to the other replica.
+
+Tests of this module share one cluster and run in file order (each leaves the Deployment Ready).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client, config
+
+from hack.image import IMAGE_NAME
+from hack.localcluster import LocalCluster
+from hack.localcluster.cluster import REPO_ROOT
+from hack.localcluster.incluster import (
+    CONFIG_MAP,
+    NAMESPACE,
+    POD_LABEL,
+    Deployed,
+    apply_overlay,
+    deploy,
+    leader,
+    wait_rollout,
+    write_overlay,
+)
+from hack.localcluster.nodes import G2, create_nodes, wait_nodes_ready
+from tests.conftest import announce
+from tests.integration.test_image import _require_tools
+from tests.kube import gpu_pod
+
+pytestmark = pytest.mark.real_node
+
+WORKLOAD_NAMESPACE = "in-cluster-work"
+NODE_LABEL = "gpu-scheduler.io/in-cluster-test"
+SHIPPED_CONFIG = yaml.safe_load(
+    (REPO_ROOT / "manifests" / "webhooks" / "configmap.yaml").read_text()
+)["data"]["config.yaml"]
+"""The shipped configuration with the admission webhooks on (the Component's ConfigMap)."""
+TIMEOUT_S = 120.0
+MEMORY_MARGIN = 2.0
+"""The memory limit holds at least this many times the measured peak RSS of a replica."""
+TIMINGS: dict[str, float] = {}
+"""Seconds of each step, printed at the module's end (docs/local-cluster.md quotes them)."""
+MEASURED: dict[str, float] = {}
+"""Other measurements printed with them."""
+
+
+def until(
+    check: Any, what: str, timeout: float = TIMEOUT_S, cluster: LocalCluster | None = None
+) -> Any:
+    """Poll `check()` every 0.5 s until it returns something truthy; fails naming `what` (and,
+    given `cluster`, with the Lease and the pods of both namespaces)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    state = ""
+    if cluster is not None:
+        lease = cluster.kubectl("get", "lease", "-n", NAMESPACE, "-o", "yaml", check=False)
+        pods = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        state = f"\n{lease.stdout[-1500:]}\n{pods.stdout[-2500:]}"
+    pytest.fail(f"timed out waiting for {what}{state}")
+
+
+def get_json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return result
+
+
+def scheduler_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """The Deployment's pods that are not being deleted."""
+    items = get_json(cluster, "pods", "-n", NAMESPACE, "-l", POD_LABEL)["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = pod["status"].get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def metrics_of(pod: dict[str, Any]) -> str:
+    """GET /metrics of the pod's metrics port, from the host (the CNI bridge routes pod IPs)."""
+    url = f"http://{pod['status']['podIP']}:10261/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def sample(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(f"{name} ") or line.startswith(f"{name}{{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def _make_nodes(kubeconfig: Path) -> list[str]:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        core = client.CoreV1Api(api)
+        spec = G2.with_count(2)
+        spec = type(spec)(**{**vars(spec), "type_name": "incl", "labels": {NODE_LABEL: "yes"}})
+        names = await create_nodes(core, [spec])
+        await wait_nodes_ready(core, names)
+        return names
+
+
+def work_pod(name: str) -> dict[str, Any]:
+    """A one-GPU pod for the shipped scheduler name, on this module's kwok nodes."""
+    pod = gpu_pod(name, 1, node_selector={NODE_LABEL: "yes"})
+    pod["metadata"]["namespace"] = WORKLOAD_NAMESPACE
+    return pod
+
+
+def create_pods(cluster: LocalCluster, folder: Path, pods: list[dict[str, Any]]) -> None:
+    path = folder / f"pods-{pods[0]['metadata']['name']}.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    cluster.kubectl("create", "-f", str(path))
+
+
+def bound_nodes(cluster: LocalCluster, names: list[str]) -> dict[str, str]:
+    items = get_json(cluster, "pods", "-n", WORKLOAD_NAMESPACE)["items"]
+    nodes = {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in items}
+    return {name: nodes.get(name, "") for name in names}
+
+
+def all_bound(cluster: LocalCluster, names: list[str]) -> dict[str, str] | None:
+    nodes = bound_nodes(cluster, names)
+    return nodes if all(nodes.values()) else None
+
+
+def delete_work(cluster: LocalCluster) -> None:
+    cluster.kubectl(
+        "delete", "pods", "--all", "-n", WORKLOAD_NAMESPACE, "--wait=true", "--timeout=60s"
+    )
+
+
+@pytest.fixture(scope="module")
+def deployed(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
+    _require_tools()
+    from hack.image import image_archive
+
+    started = time.monotonic()
+    archive = image_archive()
+    TIMINGS["image build or cache"] = time.monotonic() - started
+    folder = tmp_path_factory.mktemp("in-cluster")
+    done = deploy(
+        real_node_cluster, archive, IMAGE_NAME, SHIPPED_CONFIG, folder / "overlay", webhooks=True
+    )
+    TIMINGS.update(done.timings)
+    asyncio.run(_make_nodes(real_node_cluster.kubeconfig))
+    real_node_cluster.kubectl("create", "namespace", WORKLOAD_NAMESPACE)
+    until(
+        lambda: (
+            real_node_cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", WORKLOAD_NAMESPACE, check=False
+            ).returncode
+            == 0
+        ),
+        "the workload namespace's ServiceAccount",
+    )
+    return done
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_timings(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if TIMINGS:
+        steps = ", ".join(
+            [f"{k} {v:.1f} s" for k, v in TIMINGS.items()]
+            + [f"{k} {v:.0f}" for k, v in MEASURED.items()]
+        )
+        announce(request.config, f"in-cluster timings: {steps}")
+
+
+def test_both_replicas_ready_on_the_real_node_with_one_leader(
+    real_node_cluster: LocalCluster, deployed: Deployed
+) -> None:
+    cluster = real_node_cluster
+    assert cluster.real_node is not None
+    pods = scheduler_pods(cluster)
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running" and ready(pod), pod["status"]
+        assert pod["spec"]["nodeName"] == cluster.real_node.name
+        assert pod["spec"]["serviceAccountName"] == "gpu-scheduler"
+        assert pod["spec"]["containers"][0]["image"] == IMAGE_NAME
+        assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    names = {p["metadata"]["name"] for p in pods}
+    holder = until(lambda: leader(cluster), "a Lease holder")
+    assert holder in names
+
+    # Each replica says whether it leads: exactly one does, and it is the Lease's holder.
+    def one_leading() -> dict[str, float] | None:
+        values = {
+            p["metadata"]["name"]: sample(metrics_of(p), "gpu_scheduler_leader") or 0.0
+            for p in pods
+        }
+        return values if sorted(values.values()) == [0.0, 1.0] else None
+
+    leading = until(one_leading, "one replica reporting gpu_scheduler_leader 1")
+    assert [name for name, value in leading.items() if value == 1.0] == [holder]
+
+
+def test_binds_gpu_pods_onto_kwok_nodes_from_inside_the_cluster(
+    real_node_cluster: LocalCluster, deployed: Deployed, tmp_path: Path
+) -> None:
+    cluster = real_node_cluster
+    names = [f"gpu-{i}" for i in range(8)]
+    create_pods(cluster, tmp_path, [work_pod(name) for name in names])
+    nodes = until(lambda: all_bound(cluster, names), "8 GPU pods bound")
+    assert set(nodes.values()) == {"incl-0", "incl-1"}  # 2 nodes x 4 GPUs, all used
+    holder = leader(cluster)
+    events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
+    scheduled = [e for e in events if e["reason"] == "Scheduled"]
+    assert {e["involvedObject"]["name"] for e in scheduled} == set(names)
+    assert {e.get("reportingInstance") or e["source"].get("host", "") for e in scheduled} <= {
+        holder,
+        "",
+    }
+    # The pods have no kubeconfig: in-cluster config, the mounted ServiceAccount token.
+    assert "--kubeconfig" not in json.dumps(scheduler_pods(cluster)[0]["spec"]["containers"])
+    log = cluster.kubectl("logs", "-n", NAMESPACE, holder).stdout
+    assert "Traceback" not in log
+    delete_work(cluster)
+
+
+def test_the_mutating_webhook_is_served_through_its_service(
+    real_node_cluster: LocalCluster, deployed: Deployed, tmp_path: Path
+) -> None:
+    """A GPU pod naming no scheduler, in a namespace labelled for it, gets spec.schedulerName
+    gpu-scheduler from the replicas' webhook (the API server calls the Service, TLS with the
+    test's certificate), and is bound."""
+    cluster = real_node_cluster
+    namespace = "in-cluster-mutated"
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, "gpu-scheduler.io/enabled=true")
+    until(
+        lambda: (
+            cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", namespace, check=False
+            ).returncode
+            == 0
+        ),
+        "the namespace's ServiceAccount",
+    )
+    pod = gpu_pod("unnamed", 1, node_selector={NODE_LABEL: "yes"})
+    del pod["spec"]["schedulerName"]
+    pod["metadata"]["namespace"] = namespace
+    path = tmp_path / "pod.json"
+    path.write_text(json.dumps(pod))
+    cluster.kubectl("create", "-f", str(path))
+    created = get_json(cluster, "pod", "unnamed", "-n", namespace)
+    assert created["spec"]["schedulerName"] == "gpu-scheduler"
+    until(
+        lambda: get_json(cluster, "pod", "unnamed", "-n", namespace)["spec"].get("nodeName"),
+        "the mutated pod bound",
+    )
+    cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=60s")
+
+
+def test_prometheus_scrapes_both_replicas(
+    real_node_cluster: LocalCluster, deployed: Deployed
+) -> None:
+    cluster = real_node_cluster
+    assert cluster.prometheus_url is not None
+    pods = scheduler_pods(cluster)
+    targets = [f"{p['status']['podIP']}:10261" for p in pods]
+    path = cluster.work_dir / "prometheus.yml"
+    settings = yaml.safe_load(path.read_text())
+    settings["scrape_configs"].append(
+        {
+            "job_name": "gpu-scheduler",
+            "scrape_interval": "1s",
+            "scrape_timeout": "1s",
+            "static_configs": [{"targets": targets}],
+        }
+    )
+    path.write_text(yaml.safe_dump(settings, sort_keys=False))
+    [prometheus] = [c for c in cluster.processes.components if c.name == "prometheus"]
+    prometheus.process.send_signal(signal.SIGHUP)  # reload its configuration
+
+    def query(expression: str) -> list[dict[str, Any]]:
+        url = f"{cluster.prometheus_url}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": expression}
+        )
+        with urllib.request.urlopen(url, timeout=5) as response:
+            result: list[dict[str, Any]] = json.loads(response.read())["data"]["result"]
+        return result
+
+    up = until(
+        lambda: (lambda r: r if len(r) == 2 and all(s["value"][1] == "1" for s in r) else None)(
+            query('up{job="gpu-scheduler"}')
+        ),
+        "both replicas up in Prometheus",
+    )
+    assert {s["metric"]["instance"] for s in up} == set(targets)
+    leaders = until(lambda: query('gpu_scheduler_leader{job="gpu-scheduler"} == 1'), "a leader")
+    assert len(leaders) == 1
+
+
+def test_hardening_seen_on_the_host(real_node_cluster: LocalCluster, deployed: Deployed) -> None:
+    """After the pods above were scheduled: each replica's container process, as the host's
+    /proc shows it, runs as the image's non-root uid, with no capabilities, no new privileges, a
+    read-only root, and a peak RSS well under the memory limit."""
+    cluster = real_node_cluster
+    node = cluster.real_node
+    assert node is not None and node.binaries is not None
+    tasks = node._ctr("tasks", "list").stdout.splitlines()[1:]
+    pids = {line.split()[0]: int(line.split()[1]) for line in tasks if line.split()}
+    peaks = []
+    for pod in scheduler_pods(cluster):
+        container = pod["spec"]["containers"][0]
+        limit = container["resources"]["limits"]["memory"]
+        assert limit.endswith("Mi") or limit.endswith("Gi"), limit
+        limit_kib = int(limit[:-2]) * (1024 if limit.endswith("Mi") else 1024 * 1024)
+        container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+        pid = pids[container_id]
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        uids = status["Uid"].split()
+        assert len(set(uids)) == 1 and int(uids[0]) != 0, status["Uid"]
+        assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
+        assert int(status["CapBnd"], 16) == 0
+        assert status["NoNewPrivs"].strip() == "1"
+        root = next(
+            line.split()
+            for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+            if line.split()[4] == "/"
+        )
+        assert "ro" in root[5].split(","), root
+        peak_kib = int(status["VmHWM"].split()[0])
+        peaks.append(peak_kib)
+        assert peak_kib * MEMORY_MARGIN <= limit_kib, (pod["metadata"]["name"], peak_kib, limit)
+    MEASURED["peak RSS of a replica (MiB)"] = max(peaks) / 1024
+
+
+def test_a_configmap_change_rolls_the_deployment_without_a_pod_bound_twice(
+    real_node_cluster: LocalCluster, deployed: Deployed, tmp_path: Path
+) -> None:
+    cluster = real_node_cluster
+    before = {p["metadata"]["name"] for p in scheduler_pods(cluster)}
+    changed = SHIPPED_CONFIG.replace("logLevel: info", "logLevel: debug")
+    assert changed != SHIPPED_CONFIG
+    names = [f"roll-{i}" for i in range(8)]  # the 8 GPUs of the two kwok nodes
+
+    def create_slowly() -> None:
+        for name in names:
+            create_pods(cluster, tmp_path, [work_pod(name)])
+            time.sleep(1.0)
+
+    creating = threading.Thread(target=create_slowly)
+    started = time.monotonic()
+    creating.start()
+    apply_overlay(cluster, write_overlay(cluster, deployed.overlay, IMAGE_NAME, changed, True))
+    wait_rollout(cluster)
+    TIMINGS["config roll"] = time.monotonic() - started
+    creating.join(timeout=60)
+    assert not creating.is_alive()
+
+    pods = scheduler_pods(cluster)
+    assert len(pods) == 2 and not before & {p["metadata"]["name"] for p in pods}
+    mounted = {p["spec"]["volumes"][0]["configMap"]["name"] for p in pods}
+    [config_map] = mounted
+    assert config_map.startswith(f"{CONFIG_MAP}-")
+    configmap = get_json(cluster, "configmap", config_map, "-n", NAMESPACE)
+    assert configmap["data"]["config.yaml"] == changed
+    until(lambda: all_bound(cluster, names), "the pods created during the roll bound", 180)
+    events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
+    scheduled = Counter(
+        e["involvedObject"]["name"]
+        for e in events
+        if e["reason"] == "Scheduled" and e["involvedObject"]["name"] in names
+    )
+    assert set(scheduled) == set(names) and set(scheduled.values()) == {1}, scheduled
+    for pod in before:  # the old replicas' logs: no bind refused as already bound
+        log = cluster.kubectl("logs", "-n", NAMESPACE, pod, check=False).stdout
+        assert "already assigned" not in log
+    delete_work(cluster)
+
+
+def test_deleting_the_leader_hands_over_to_the_other_replica(
+    real_node_cluster: LocalCluster, deployed: Deployed, tmp_path: Path
+) -> None:
+    cluster = real_node_cluster
+    holder = until(lambda: leader(cluster), "a Lease holder")
+    others = [p["metadata"]["name"] for p in scheduler_pods(cluster)]
+    assert holder in others and len(others) == 2
+    [other] = [name for name in others if name != holder]
+    started = time.monotonic()
+    cluster.kubectl("delete", "pod", holder, "-n", NAMESPACE, "--wait=false")
+    until(lambda: leader(cluster) == other, f"{other} to lead", cluster=cluster)
+    TIMINGS["leader handover"] = time.monotonic() - started
+    names = ["after-handover"]
+    create_pods(cluster, tmp_path, [work_pod(name) for name in names])
+    until(lambda: all_bound(cluster, names), "a pod bound by the new leader", cluster=cluster)
+    events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
+    [scheduled] = [
+        e
+        for e in events
+        if e["reason"] == "Scheduled" and e["involvedObject"]["name"] == "after-handover"
+    ]
+    assert other in json.dumps(scheduled), scheduled
+    wait_rollout(cluster)
+    delete_work(cluster)
