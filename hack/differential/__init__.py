@@ -8,7 +8,7 @@ cordons, GPUs; labelled namespaces; existing pods. Each generated pod is then ju
 schedulers against the same, unchanging state, and the SETS of feasible nodes are compared.
 
 Why this method:
-- The reference is a real kube-scheduler v1.34 binary, not a re-implementation: a dedicated
+- The reference is the pinned kube-scheduler binary, not a re-implementation: a dedicated
   instance (own schedulerName, all nodes evaluated, no preemption, no cluster-default spreading)
   whose V(10) log names every feasible node (reference.py explains the source facts). Reading the
   log costs one scheduling cycle per pod; pinning a copy of the pod to each node would cost one

@@ -24,6 +24,8 @@ class Outcome:
     """Set when kube-scheduler gave no usable answer (the pod then counts as disagreeing)."""
     attempts: int = 1
     """How many times the pod was judged (more than once when the state changed meanwhile)."""
+    node_count: int = 0
+    """How many nodes the cluster held while the pod was judged (0: not recorded)."""
 
     @property
     def kube_only(self) -> list[str]:

@@ -1,6 +1,6 @@
 """kube-scheduler as the reference: a dedicated instance whose log names every feasible node.
 
-How the feasible set is read (kube-scheduler v1.34, pkg/scheduler/schedule_one.go):
+How the feasible set is read (kube-scheduler v1.37, pkg/scheduler/schedule_one.go):
 - `schedulePod` runs the filters over all nodes (`percentageOfNodesToScore: 100` makes
   `numFeasibleNodesToFind` the node count, so the search never stops early);
 - zero feasible nodes: a FitError, so the pod gets `PodScheduled=False`, reason Unschedulable;
@@ -9,7 +9,12 @@ How the feasible set is read (kube-scheduler v1.34, pkg/scheduler/schedule_one.g
 - two or more: `prioritizeNodes` logs, at V(10), "Calculated node's final score for pod" once
   per feasible node (the `node` key), then the pod is bound to one of them.
 So the feasible set is the logged nodes, or {spec.nodeName} when none were logged, or {} when
-the pod is Unschedulable. The instance runs with its own schedulerName, DefaultPreemption off
+the pod is Unschedulable. That reading needs a full search for every pod: the OpportunisticBatching
+feature gate (KEP-5598, beta and on by default since 1.35) lets a pod whose scheduling signature
+matches the previous pod's take the next node of that pod's ranking with no filters run
+("evaluatedNodes=1 feasibleNodes=1"), so the reference runs with it off, and
+`run.check_counts` still marks any bound pod whose logged `evaluatedNodes` is short of the node
+count. The instance runs with its own schedulerName, DefaultPreemption off
 (a pod that fits nowhere must not evict the fixed existing pods), PodTopologySpread's cluster
 defaults off (`defaultingType: List`, `defaultConstraints: []`: gpu-scheduler does not apply
 them), and V(10) only for schedule_one.go (`--vmodule`), which keeps client-go's request logging
@@ -72,9 +77,35 @@ def parse_scored(text: str) -> dict[str, set[str]]:
     return scored
 
 
-def parse_bound(text: str) -> dict[str, int]:
-    """Pod key -> the feasible node count kube-scheduler logged (V(2)) when it bound the pod."""
-    return {m.group(1): int(m.group(4)) for m in BOUND.finditer(text)}
+@dataclass(frozen=True)
+class BoundCounts:
+    """The counts kube-scheduler logged (V(2)) when it bound one pod."""
+
+    evaluated: int
+    feasible: int
+
+
+def parse_bound(text: str) -> dict[str, BoundCounts]:
+    """Pod key -> the node counts kube-scheduler logged when it (last) bound the pod."""
+    return {m.group(1): BoundCounts(int(m.group(3)), int(m.group(4))) for m in BOUND.finditer(text)}
+
+
+def arguments(
+    binary: Path, config_path: Path, kubeconfig: Path, port: int, cert_dir: Path
+) -> list[str]:
+    """The reference instance's command line (see the module docstring for the choices)."""
+    return [
+        str(binary),
+        f"--config={config_path}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={cert_dir}",
+        "--feature-gates=OpportunisticBatching=false",
+        "--v=2",
+        "--vmodule=schedule_one=10",
+    ]
 
 
 @dataclass
@@ -114,18 +145,13 @@ def start_reference(
     path = cluster.work_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config(cluster.kubeconfig)))
     port = free_port()
-    kubeconfig = str(cluster.kubeconfig)
-    argv = [
-        str(cluster.binaries.kube_scheduler),
-        f"--config={path}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--cert-dir={cluster.work_dir / (name + '-certs')}",
-        "--v=2",
-        "--vmodule=schedule_one=10",
-    ]
+    argv = arguments(
+        cluster.binaries.kube_scheduler,
+        path,
+        cluster.kubeconfig,
+        port,
+        cluster.work_dir / f"{name}-certs",
+    )
     component = cluster.processes.start(name, argv)
     insecure = ssl._create_unverified_context()  # self-signed serving cert, loopback only
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from kubernetes_asyncio import client
@@ -28,6 +28,7 @@ from hack.differential.generate import (
 from hack.differential.ours import build_cache, framework, verdict
 from hack.differential.reference import (
     SCHEDULER_NAME,
+    BoundCounts,
     ReferenceScheduler,
     parse_bound,
     parse_scored,
@@ -289,7 +290,9 @@ async def _compare_once(
         )
     else:
         kube = frozenset(scored)
-    return Outcome(key, candidate.features, kube, ours.feasible, ours.first_failure)
+    return Outcome(
+        key, candidate.features, kube, ours.feasible, ours.first_failure, node_count=len(nodes)
+    )
 
 
 async def compare_pods(
@@ -310,13 +313,21 @@ async def compare_pods(
     return outcomes
 
 
-def check_counts(outcomes: Sequence[Outcome], bound: dict[str, int]) -> None:
+def check_counts(outcomes: Sequence[Outcome], bound: Mapping[str, BoundCounts]) -> None:
     """Mark as an error every bound pod whose feasible set size differs from the count
-    kube-scheduler logged on binding (a log line missed or misread)."""
+    kube-scheduler logged on binding (a log line missed or misread), or for which it evaluated
+    fewer than the nodes the cluster held (a shortcut cycle: its feasible set is unknown)."""
     for outcome in outcomes:
-        count = bound.get(outcome.pod)
-        if not outcome.error and count is not None and count != len(outcome.kube):
+        counts = bound.get(outcome.pod)
+        if outcome.error or counts is None:
+            continue
+        if counts.evaluated < outcome.node_count:
             outcome.error = (
-                f"kube-scheduler logged {count} feasible nodes, the log parser found "
+                f"kube-scheduler evaluated {counts.evaluated} of {outcome.node_count} nodes "
+                "(a batched or nominated-node cycle), so its feasible set is unknown"
+            )
+        elif counts.feasible != len(outcome.kube):
+            outcome.error = (
+                f"kube-scheduler logged {counts.feasible} feasible nodes, the log parser found "
                 f"{len(outcome.kube)}"
             )

@@ -24,6 +24,14 @@ async def restart_controller_manager(cluster: LocalCluster) -> None:
     await asyncio.to_thread(restart_component, cluster, "kube-controller-manager")
 
 
+async def restart_kwok(cluster: LocalCluster) -> None:
+    """Restart kwok, the fake kubelets. After etcd is compacted and the API server restarted,
+    kwok (v0.7) can go more than a minute without playing any pod stage (its pod watch answered
+    410 Gone), so a pod bound meanwhile never turns Running; the fault suite restarts it so later
+    tests are not hit. It is not the system under test: real kubelets relist."""
+    await asyncio.to_thread(restart_component, cluster, "kwok")
+
+
 async def compact_etcd(etcd_url: str) -> int:
     """Compact etcd's whole history up to its current revision (through its JSON gateway), so a
     watch from any resourceVersion before it gets 410 Gone. Returns the revision."""

@@ -30,6 +30,7 @@ from hack.faults.cluster_faults import (
     compact_etcd,
     restart_apiserver,
     restart_controller_manager,
+    restart_kwok,
 )
 from hack.faults.fake_prom import FlakyPrometheus, Mode
 from hack.faults.invariants import (
@@ -377,6 +378,7 @@ async def watch_gone(scene: Scene, pods: int, times: int = 1) -> Outcome:
             await compact_etcd(scene.cluster.etcd_url)
             await restart_apiserver(scene.cluster)
             await restart_controller_manager(scene.cluster)
+            await restart_kwok(scene.cluster)
 
     violations = await churn_under_fault(audit, scene.workload(), "410 gone", gone, pods)
     relists = sum(1 for r in replica.records() if r.get("event") == "informer_relist")

@@ -481,7 +481,8 @@ class LocalCluster:
 def restart_component(cluster: LocalCluster, name: str) -> None:
     """Stop one running component (SIGTERM, SIGKILL after the grace period) and start it again
     with the same command line, so on the same port, then wait until it is ready. Supported:
-    kube-apiserver, etcd and prometheus (their readiness probes are known here). Raises
+    kube-apiserver, kube-controller-manager, etcd, prometheus and kwok (their readiness probes
+    are known here). Raises
     ComponentError when it does not come back, KeyError for an unknown or stopped name."""
 
     def secure_healthz(component: str) -> bool:
@@ -490,7 +491,13 @@ def restart_component(cluster: LocalCluster, name: str) -> None:
         insecure = ssl._create_unverified_context()  # a self-signed serving cert, loopback only
         return _http_ok(f"https://127.0.0.1:{port}/healthz", insecure)
 
+    def kwok_healthz() -> bool:
+        argv = next(c.argv for c in cluster.processes.components if c.name == "kwok")
+        address = next(a.split("=", 1)[1] for a in argv if a.startswith("--server-address="))
+        return _http_ok(f"http://{address}/healthz")
+
     probes = {
+        "kwok": kwok_healthz,
         "kube-apiserver": lambda: _http_ok(f"{cluster.server}/readyz", cluster.tls_context()),
         "kube-controller-manager": lambda: secure_healthz("kube-controller-manager"),
         "etcd": lambda: _http_ok(f"{cluster.etcd_url}/health"),

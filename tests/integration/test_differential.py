@@ -1,4 +1,4 @@
-"""Feasibility against kube-scheduler v1.34, pod by pod (a short seeded `hack.differential` run).
+"""Feasibility against kube-scheduler v1.37, pod by pod (a short seeded `hack.differential` run).
 
 60 generated kwok nodes and their existing pods join the session's cluster; 80 seeded pods mixing
 node affinity, nodeSelector, pod (anti-)affinity with namespaceSelector, topology spread,

@@ -7,8 +7,14 @@ from pathlib import Path
 from hack.differential.compare import Outcome, render, summarize
 from hack.differential.generate import FEATURES, generate
 from hack.differential.ours import build_cache, framework, verdict
-from hack.differential.reference import config, parse_bound, parse_scored
-from hack.differential.run import fingerprint
+from hack.differential.reference import (
+    BoundCounts,
+    arguments,
+    config,
+    parse_bound,
+    parse_scored,
+)
+from hack.differential.run import check_counts, fingerprint
 
 HEAD = "I1126 12:52:58.903 26724 schedule_one.go:830]"
 SCORE = '"Calculated node\'s final score for pod"'
@@ -26,7 +32,35 @@ LOG = "\n".join(
 
 def test_log_parsing_reads_scored_nodes_and_bound_counts() -> None:
     assert parse_scored(LOG) == {"d-a/p": {"n-1", "n-2"}, "d-b/q": {"n-2"}}
-    assert parse_bound(LOG) == {"d-a/p": 2}
+    assert parse_bound(LOG) == {"d-a/p": BoundCounts(evaluated=30, feasible=2)}
+
+
+def test_a_shortcut_cycle_or_a_miscount_is_an_error_not_a_one_node_verdict() -> None:
+    # A batched cycle (OpportunisticBatching) binds with evaluatedNodes=1: the pod's one
+    # bound node is not its feasible set.
+    batched = Outcome("d-a/p", ("gpu",), frozenset({"n-2"}), frozenset({"n-1", "n-2"}))
+    batched.node_count = 30
+    miscounted = Outcome("d-a/q", ("gpu",), frozenset({"n-2"}), frozenset({"n-2"}))
+    miscounted.node_count = 30
+    full = Outcome("d-a/r", ("gpu",), frozenset({"n-1", "n-2"}), frozenset({"n-1", "n-2"}))
+    full.node_count = 30
+    check_counts(
+        [batched, miscounted, full],
+        {
+            "d-a/p": BoundCounts(evaluated=1, feasible=1),
+            "d-a/q": BoundCounts(evaluated=30, feasible=3),
+            "d-a/r": BoundCounts(evaluated=30, feasible=2),
+        },
+    )
+    assert "evaluated 1 of 30 nodes" in batched.error
+    assert "logged 3 feasible nodes" in miscounted.error
+    assert full.error == "" and full.verdict == "agree"
+
+
+def test_reference_runs_a_full_search_for_every_pod() -> None:
+    argv = arguments(Path("ks"), Path("c.yaml"), Path("kc"), 10259, Path("certs"))
+    assert "--feature-gates=OpportunisticBatching=false" in argv
+    assert "--vmodule=schedule_one=10" in argv
 
 
 def test_reference_profile_scores_every_node_without_preemption_or_default_spreading() -> None:
