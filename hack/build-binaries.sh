@@ -14,6 +14,15 @@
 #   $GPU_SCHEDULER_CACHE/bin/node-images-<hash>/{pause,probe}           hack/localcluster/images,
 #                                                                        <hash> of its sources
 #
+# With --kueue (or GPU_SCHEDULER_KUEUE=1) it also builds Kueue, which the local cluster runs only
+# when a test or the demo asks for it (hack/localcluster/kueue.py), with its CRDs and webhook
+# definitions beside it (the module's config/components/crd/bases and
+# config/components/webhook/manifests.yaml, copied from the Go module cache):
+#
+#   $GPU_SCHEDULER_CACHE/bin/kueue-<v>/kueue
+#   $GPU_SCHEDULER_CACHE/bin/kueue-<v>/crds/*.yaml
+#   $GPU_SCHEDULER_CACHE/bin/kueue-<v>/webhooks.yaml
+#
 # GPU_SCHEDULER_CACHE defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler. A component is
 # rebuilt only when one of its binaries is missing; a build lands in a temporary folder first and is
 # moved into place whole, so an interrupted build never leaves a half-filled version folder.
@@ -27,14 +36,16 @@
 # everything go prints goes to $GPU_SCHEDULER_CACHE/build/build.log instead, and its last lines are
 # printed only when a step fails. Prints the cache folder of each component on the last lines of
 # stdout: KUBERNETES_BIN=..., ETCD_BIN=..., KWOK_BIN=... (and KUBERNETES_NODE_BIN=...,
-# NODE_IMAGES_BIN=... with --node)
+# NODE_IMAGES_BIN=... with --node, KUEUE_BIN=... with --kueue)
 set -euo pipefail
 
 real_node="${GPU_SCHEDULER_REAL_NODE:-0}"
+kueue="${GPU_SCHEDULER_KUEUE:-0}"
 for arg in "$@"; do
   case "$arg" in
     --node) real_node=1 ;;
-    *) printf 'usage: %s [--node]\n' "$0" >&2; exit 2 ;;
+    --kueue) kueue=1 ;;
+    *) printf 'usage: %s [--node] [--kueue]\n' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -206,6 +217,32 @@ build_node_images() {
   done_in "$started" "$out"
 }
 
+# Kueue's controller manager (sigs.k8s.io/kueue/cmd/kueue; its go.mod has no replaces, so a
+# plain `go install` builds it) and the CRDs of the same module version.
+build_kueue() {
+  local version="$KUEUE_VERSION"
+  local out="$cache/bin/kueue-$version"
+  if have_all "$out" kueue && [[ -f "$out/crds/kueue.x-k8s.io_workloads.yaml" && -f "$out/webhooks.yaml" ]]; then
+    log "kueue $version: cached in $out"
+    return
+  fi
+  local started=$SECONDS
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp/crds"
+  begin "kueue $version"
+  quiet "kueue $version: downloading its module" go mod download -json "sigs.k8s.io/kueue@$version"
+  local dir
+  dir="$(go mod download -json "sigs.k8s.io/kueue@$version" 2>>"$build_log" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+  [[ -d "$dir/config/components/crd/bases" ]] || { echo >&2; log "no CRDs in $dir/config/components/crd/bases"; exit 1; }
+  cp "$dir"/config/components/crd/bases/*.yaml "$tmp/crds/"
+  cp "$dir/config/components/webhook/manifests.yaml" "$tmp/webhooks.yaml"
+  chmod -R u+w "$tmp"  # the module cache's files are read-only
+  GOBIN="$tmp" quiet "kueue $version: compiling" go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$version" "sigs.k8s.io/kueue/cmd/kueue@$version"
+  rm -rf "$out" && mv "$tmp" "$out"
+  done_in "$started" "$out"
+}
+
 command -v go >/dev/null || { log "go is not installed; install Go >= 1.24 first"; exit 1; }
 total=$SECONDS
 if ! have_all "$cache/bin/kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubectl \
@@ -219,6 +256,9 @@ if [[ "$real_node" == 1 ]]; then
   build_kubernetes kubernetes-node kubelet kube-proxy
   build_node_images
 fi
+if [[ "$kueue" == 1 ]]; then
+  build_kueue
+fi
 log "all binaries ready in $((SECONDS - total)) s"
 echo "KUBERNETES_BIN=$cache/bin/kubernetes-$KUBERNETES_VERSION"
 echo "ETCD_BIN=$cache/bin/etcd-$ETCD_VERSION"
@@ -226,4 +266,7 @@ echo "KWOK_BIN=$cache/bin/kwok-$KWOK_VERSION"
 if [[ "$real_node" == 1 ]]; then
   echo "KUBERNETES_NODE_BIN=$cache/bin/kubernetes-node-$KUBERNETES_VERSION"
   echo "NODE_IMAGES_BIN=$NODE_IMAGES_OUT"
+fi
+if [[ "$kueue" == 1 ]]; then
+  echo "KUEUE_BIN=$cache/bin/kueue-$KUEUE_VERSION"
 fi

@@ -7,7 +7,8 @@
 #      lint (tests/unit/test_shellcheck.py): `shellcheck`,
 #   2. the virtualenv .venv with the project and its test extra (re-installed when pyproject.toml changes),
 #   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository;
-#      the real node's kubelet and kube-proxy are built when a test first starts it).
+#      the real node's kubelet and kube-proxy, and Kueue, are built when a test first starts
+#      them: `hack/build-binaries.sh --node` / `--kueue`).
 # Needs: Python >= 3.11, Go >= 1.24, and a Debian-like system for apt-get.
 set -euo pipefail
 
