@@ -18,7 +18,13 @@ echo "go: downloading example.com/some/module v1.2.3" >&2
 echo "go: downloading example.com/other/module v0.4.0" >&2
 case "$1" in
   mod)
-    if [[ "$2" == download ]]; then
+    if [[ "$2" == download && "${*: -1}" == sigs.k8s.io/kueue@* ]]; then
+      dir="$FAKE_GO_DIR/kueue-module"
+      mkdir -p "$dir/config/components/crd/bases" "$dir/config/components/webhook"
+      touch "$dir/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
+      touch "$dir/config/components/webhook/manifests.yaml"
+      printf '{\n\t"Dir": "%s",\n\t"Hash": "h1:abc"\n}\n' "$dir"
+    elif [[ "$2" == download ]]; then
       gomod="$FAKE_GO_DIR/kubernetes.go.mod"
       printf 'replace (\n\tk8s.io/api => ./staging/src/k8s.io/api\n)\n' >"$gomod"
       printf '{\n\t"GoMod": "%s",\n\t"Hash": "h1:abc"\n}\n' "$gomod"
@@ -40,12 +46,13 @@ case "$1" in
       touch "$out"; chmod +x "$out"
     fi ;;
   install)
-    touch "$GOBIN/kwok"; chmod +x "$GOBIN/kwok" ;;
+    target="${*: -1}"; name="${target%@*}"; name="${name##*/}"
+    touch "$GOBIN/$name"; chmod +x "$GOBIN/$name" ;;
 esac
 """
 
 
-def build(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def build(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     fake_bin = tmp_path / "fake-bin"
     fake_bin.mkdir(exist_ok=True)
     go = fake_bin / "go"
@@ -59,7 +66,7 @@ def build(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
         **env,
     }
     return subprocess.run(
-        ["bash", str(SCRIPT)], env=environment, capture_output=True, text=True, timeout=120
+        ["bash", str(SCRIPT), *args], env=environment, capture_output=True, text=True, timeout=120
     )
 
 
@@ -89,3 +96,18 @@ def test_a_failing_step_prints_the_end_of_the_log(tmp_path: Path) -> None:
     assert "etcd v" in result.stderr and "compiling failed; the last lines of" in result.stderr
     assert "compile error: boom" in result.stderr
     assert not list((tmp_path / "cache" / "bin").glob("etcd-*/etcd"))
+
+
+def test_kueue_built_only_when_asked_with_its_crds_and_webhooks(tmp_path: Path) -> None:
+    assert "kueue v" not in build(tmp_path).stderr
+    result = build(tmp_path, "--kueue")
+    assert result.returncode == 0, result.stderr
+    built = [line for line in result.stderr.splitlines() if " built in " in line]
+    assert [line.split("] ")[1].split()[0] for line in built] == ["kueue"], result.stderr
+    (folder,) = (tmp_path / "cache" / "bin").glob("kueue-*")
+    assert (folder / "kueue").is_file()
+    assert (folder / "crds" / "kueue.x-k8s.io_workloads.yaml").is_file()
+    assert (folder / "webhooks.yaml").is_file()
+    assert result.stdout.splitlines()[-1] == f"KUEUE_BIN={folder}"
+    again = build(tmp_path, "--kueue")
+    assert again.returncode == 0 and "kueue v0" in again.stderr and ": cached in " in again.stderr
