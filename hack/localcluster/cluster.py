@@ -19,6 +19,10 @@ or `with LocalCluster(config) as cluster: ...`. Components, in start order:
 | fake dcgm-exporter      | 127.0.0.1, http     | GET /healthz (optional)            |
 | prometheus              | 127.0.0.1, http     | GET /-/ready (optional)            |
 
+kwok plays the pod lifecycle of `kwok_stages` (kwok's defaults, plus pods annotated to run until
+deleted and to terminate like a kubelet's, for Kueue's Jobs). Kueue is not a component of its own
+here: a test starts it on a running cluster (`kueue.Kueue`).
+
 Ports are free ports picked at start, so several clusters can run side by side. The API server runs
 with RBAC (and the Node authorizer) and the default admission plugins; the controller manager runs
 the controllers that the project's behaviour depends on (see `CONTROLLERS`).
@@ -42,7 +46,7 @@ from types import TracebackType
 
 import yaml
 
-from hack.localcluster import prometheus
+from hack.localcluster import kwok_stages, prometheus
 from hack.localcluster.binaries import Binaries, ensure_binaries
 from hack.localcluster.pki import Pki, write_pki
 from hack.localcluster.processes import ProcessGroup
@@ -380,15 +384,12 @@ class LocalCluster:
         assert self.binaries is not None
         port = free_port()
         config = self.work_dir / "kwok.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-                    "kind": "KwokConfiguration",
-                    "options": {"nodeLeaseParallelism": 16, "podPlayStageParallelism": 16},
-                }
-            )
-        )
+        options = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokConfiguration",
+            "options": {"nodeLeaseParallelism": 16, "podPlayStageParallelism": 16},
+        }
+        config.write_text(yaml.safe_dump_all([options, *kwok_stages.pod_stages()]))
         component = self.processes.start(
             "kwok",
             [
