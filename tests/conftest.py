@@ -22,7 +22,7 @@ import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import pytest
 from kubernetes_asyncio import client, config
@@ -34,6 +34,7 @@ from hack.localcluster import (
     create_nodes,
     wait_nodes_ready,
 )
+from hack.localcluster.kueue import Kueue
 from tests.kube import make_namespace
 from tests.scheduling import TEST_LABEL
 
@@ -69,6 +70,13 @@ def finish_cluster_dir(work_dir: Path, chosen: bool, failed: int) -> str:
         return f"{failed} test(s) failed; local cluster folder and component logs kept: {work_dir}"
     shutil.rmtree(work_dir, ignore_errors=True)
     return f"every test passed; local cluster folder removed: {work_dir}"
+
+
+def fail_or_skip(message: str) -> NoReturn:
+    """A part the tests need is missing: an error with CI=true, a skip with the reason elsewhere."""
+    if IN_CI:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
 
 
 _SUMMARY: list[str] = []
@@ -123,9 +131,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         local.start()
     except Exception as error:  # start() already stopped what it had started
         message = f"local cluster did not start: {error}; its logs: {local.log_dir}"
-        if IN_CI:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        fail_or_skip(message)
     announce(
         request.config,
         f"local cluster up in {local.started_in_s:.1f} s; component logs in {local.log_dir}",
@@ -196,9 +202,7 @@ def real_node_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         local.start()
     except Exception as error:  # start() already stopped what it had started
         message = f"local cluster with a real node did not start: {error}; logs: {local.log_dir}"
-        if IN_CI:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        fail_or_skip(message)
     assert local.real_node is not None
     steps = ", ".join(f"{k} {v:.1f} s" for k, v in local.real_node.timings.items())
     announce(request.config, f"real node up in {local.started_in_s:.1f} s ({steps})")
@@ -209,3 +213,23 @@ def real_node_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         _SUMMARY.append(
             finish_cluster_dir(local.work_dir, bool(work_dir), request.session.testsfailed)
         )
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Kueue]:
+    """Kueue (`hack/localcluster/kueue.py`) running against the session's cluster for the module
+    that asks for it, built first when it is not cached (`hack/build-binaries.sh --kueue`, a few
+    minutes on a new machine). Stopped after the module, its webhook configurations deleted first
+    so later tests' Jobs are not refused. With CI=true a Kueue that cannot start fails the test;
+    elsewhere it is skipped with the reason."""
+    local = Kueue(cluster)
+    try:
+        local.start()
+    except Exception as error:  # start() already undid what it had done
+        message = f"Kueue did not start: {error}; its log: {cluster.log_dir / 'kueue.log'}"
+        fail_or_skip(message)
+    announce(request.config, f"Kueue up; its log: {cluster.log_dir / 'kueue.log'}")
+    try:
+        yield local
+    finally:
+        local.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,14 +175,18 @@ def issue_client_cert(
 
 
 def issue_serving_cert(
-    pki: Pki, folder: Path, name: str, dns_names: list[str]
+    pki: Pki, folder: Path, name: str, dns_names: list[str], ips: Sequence[str] = ()
 ) -> tuple[Path, Path]:
-    """Sign a serving certificate for `dns_names` with the CA of `pki`; write `<name>.crt` and
-    `<name>.key` into `folder` and return their paths (the CA is `pki.ca_cert`)."""
+    """Sign a serving certificate for `dns_names` (and the IP addresses `ips`) with the CA of
+    `pki`; write `<name>.crt` and `<name>.key` into `folder` and return their paths (the CA is
+    `pki.ca_cert`)."""
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     ca_name = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
-    san = x509.SubjectAlternativeName([x509.DNSName(d) for d in dns_names])
+    san = x509.SubjectAlternativeName(
+        [x509.DNSName(d) for d in dns_names]
+        + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    )
     cert, key = _leaf(ca_key, ca_name, _name(dns_names[0]), ExtendedKeyUsageOID.SERVER_AUTH, san)
     folder.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
