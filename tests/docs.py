@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import yaml
 
 from tests.datasets import REPO_ROOT
 
 OPERATIONS = REPO_ROOT / "docs" / "operations.md"
 OPERATIONS_SECTIONS = ("Why is my pod pending", "Why was my pod evicted", "Dry-run first")
 """The sections of docs/operations.md whose commands the demo test and the unit tests run."""
+KUEUE = REPO_ROOT / "docs" / "kueue.md"
 DEMO_DIR = "_out/demo"
 """The demo's folder as the documentation names it: commands with it need the demo cluster."""
 
@@ -30,3 +34,9 @@ def operations_commands() -> list[str]:
         for line in block.splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
+
+
+def kueue_recipe() -> dict[tuple[str, str], dict[str, Any]]:
+    """The objects of the `## Recipe` section of docs/kueue.md (one yaml block), by (kind, name)."""
+    (block,) = section_blocks(KUEUE.read_text(), "Recipe", "yaml")
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(block) if d}

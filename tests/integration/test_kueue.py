@@ -1,11 +1,11 @@
 """Kueue admits GPU Jobs against team quotas; gpu-scheduler places and binds their pods.
 
 Runs the real Kueue (`kueue` fixture: hack/localcluster/kueue.py, the version of
-hack/versions.env) against the session's cluster. The Jobs are what a team submits: labelled
-`kueue.x-k8s.io/queue-name`, pod template with `schedulerName: gpu-scheduler` and
-`nvidia.com/gpu` requests. Their pods carry kwok's until-deleted annotation
-(hack/localcluster/kwok_stages.py), so they run until Kueue suspends the Job or the test deletes
-it, and terminate like a kubelet's.
+hack/versions.env) against the session's cluster. Every Kueue object and Job is built from the
+recipe of docs/kueue.md, renamed and sized per test: Jobs labelled `kueue.x-k8s.io/queue-name`,
+pod template with `schedulerName: gpu-scheduler` and `nvidia.com/gpu` requests. Their pods
+carry kwok's until-deleted annotation (hack/localcluster/kwok_stages.py), so they run until Kueue
+suspends the Job or the test deletes it, and terminate like a kubelet's.
 
 Each test's ResourceFlavor carries `nodeLabels: {gpu-scheduler.io/test: <namespace>}`: Kueue
 copies them into the admitted pods' nodeSelector, which is what keeps the pods on the test's own
@@ -15,6 +15,7 @@ deleted when the test ends.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ from kubernetes_asyncio import client
 from hack.localcluster import G2_EXPANSION, LocalCluster
 from hack.localcluster.kueue import QUEUE_LABEL
 from hack.localcluster.kwok_stages import RUN_ANNOTATION, UNTIL_DELETED
+from tests.docs import kueue_recipe
 from tests.kube import eventually
 from tests.scheduling import (
     TEST_LABEL,
@@ -42,6 +44,9 @@ pytestmark = pytest.mark.usefixtures("kueue")
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 SCHEDULER = "gpu-scheduler"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+GPU = "nvidia.com/gpu"
+RECIPE = kueue_recipe()
+"""The objects of docs/kueue.md's recipe: the tests' objects are built from them."""
 NVLINK_DOMAINS_OF_8 = ({0, 1, 2, 3}, {4, 5, 6, 7})
 
 
@@ -57,91 +62,52 @@ class Team:
 
 
 def resource_flavor(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": name},
-        "spec": {"nodeLabels": {TEST_LABEL: namespace}},
-    }
+    """The recipe's flavor, for the test's own nodes."""
+    flavor = copy.deepcopy(RECIPE["ResourceFlavor", "h200"])
+    flavor["metadata"] = {"name": name}
+    flavor["spec"]["nodeLabels"] = {TEST_LABEL: namespace}
+    return flavor
 
 
 def cluster_queue(name: str, flavor: str, team: Team, cohort: str | None) -> dict[str, Any]:
-    gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": team.gpus}
-    if team.borrowing_limit is not None:
-        gpu["borrowingLimit"] = team.borrowing_limit
-    spec: dict[str, Any] = {
-        "namespaceSelector": {},
-        "resourceGroups": [
-            {
-                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                "flavors": [
-                    {
-                        "name": flavor,
-                        "resources": [
-                            {"name": "cpu", "nominalQuota": 64},
-                            {"name": "memory", "nominalQuota": "256Gi"},
-                            gpu,
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
+    """The recipe's team-a ClusterQueue (the lender, reclaiming) when `team.reclaim`, else its
+    team-b (the borrower), with the team's GPU quota."""
+    queue = copy.deepcopy(RECIPE["ClusterQueue", "team-a" if team.reclaim else "team-b"])
+    queue["metadata"] = {"name": name}
+    spec = queue["spec"]
+    spec.pop("cohortName")
     if cohort:
         spec["cohortName"] = cohort
-    if team.reclaim:
-        spec["preemption"] = {"reclaimWithinCohort": "Any"}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    ((only_flavor,),) = [group["flavors"] for group in spec["resourceGroups"]]
+    only_flavor["name"] = flavor
+    (gpu,) = [r for r in only_flavor["resources"] if r["name"] == GPU]
+    gpu["nominalQuota"] = team.gpus
+    gpu.pop("borrowingLimit", None)
+    if team.borrowing_limit is not None:
+        gpu["borrowingLimit"] = team.borrowing_limit
+    return queue
 
 
 def local_queue(name: str, target: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "LocalQueue",
-        "metadata": {"name": name},
-        "spec": {"clusterQueue": target},
-    }
+    queue = copy.deepcopy(RECIPE["LocalQueue", "team-a"])
+    queue["metadata"] = {"name": name}
+    queue["spec"]["clusterQueue"] = target
+    return queue
 
 
 def gpu_job(name: str, queue: str, pods: int, gpus_per_pod: int) -> dict[str, Any]:
-    """A Job of `pods` parallel pods of `gpus_per_pod` GPUs each, queued in `queue`."""
-    gpus = str(gpus_per_pod)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "template": {
-                "metadata": {"annotations": {RUN_ANNOTATION: UNTIL_DELETED}},
-                "spec": {
-                    "schedulerName": SCHEDULER,
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "example.invalid/cuda-job:1",
-                            "resources": {
-                                "requests": {
-                                    "cpu": "100m",
-                                    "memory": "128Mi",
-                                    "nvidia.com/gpu": gpus,
-                                },
-                                "limits": {"nvidia.com/gpu": gpus},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    """The recipe's Job with `pods` parallel pods of `gpus_per_pod` GPUs each, queued in
+    `queue`; its pods run on kwok until deleted."""
+    job = copy.deepcopy(RECIPE["Job", "train"])
+    job["metadata"] = {"name": name, "labels": {QUEUE_LABEL: queue}}
+    job["spec"].update(parallelism=pods, completions=pods)
+    template = job["spec"]["template"]
+    template["metadata"] = {"annotations": {RUN_ANNOTATION: UNTIL_DELETED}}
+    template["spec"]["terminationGracePeriodSeconds"] = 0
+    (container,) = template["spec"]["containers"]
+    container["resources"]["requests"][GPU] = str(gpus_per_pod)
+    container["resources"]["limits"][GPU] = str(gpus_per_pod)
+    return job
 
 
 @asynccontextmanager
