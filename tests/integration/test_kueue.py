@@ -19,7 +19,7 @@ import copy
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -47,6 +47,7 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 GPU = "nvidia.com/gpu"
 RECIPE = kueue_recipe()
 """The objects of docs/kueue.md's recipe: the tests' objects are built from them."""
+(FLAVOR_TOLERATION,) = RECIPE["ResourceFlavor", "h200"]["spec"]["tolerations"]
 NVLINK_DOMAINS_OF_8 = ({0, 1, 2, 3}, {4, 5, 6, 7})
 
 
@@ -281,9 +282,11 @@ async def eight_gpus_under_kueue(
     teams: Sequence[Team],
     cohort: bool = False,
 ) -> AsyncIterator[Scene]:
-    """One 8-GPU node (two NVLink domains of 4) of the test's own, the teams' queues
+    """One 8-GPU node (two NVLink domains of 4) of the test's own, tainted with the flavor's
+    nodeTaints, the teams' queues
     (`team_queues`) and gpu-scheduler running as `SCHEDULER`."""
-    (node,) = await make_nodes(core, [isolated(G2_EXPANSION, namespace)])
+    taints = RECIPE["ResourceFlavor", "h200"]["spec"]["nodeTaints"]
+    (node,) = await make_nodes(core, [isolated(replace(G2_EXPANSION, taints=taints), namespace)])
     async with (
         team_queues(api_client, namespace, teams, cohort),
         running_daemon(cluster, settings_for(namespace, schedulerName=SCHEDULER)),
@@ -300,6 +303,7 @@ async def test_admits_within_the_gpu_quota_and_queues_beyond_it(
         assert {p["spec"]["nodeName"] for p in first} == {scene.node}
         for pod in first:
             assert pod["spec"]["nodeSelector"][TEST_LABEL] == namespace  # from the flavor
+            assert FLAVOR_TOLERATION in pod["spec"]["tolerations"]  # from the flavor
             assert len(gpus_of(pod)) == 2
             assert_in_one_domain(pod)
         assert not set(gpus_of(first[0])) & set(gpus_of(first[1]))
