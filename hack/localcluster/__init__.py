@@ -3,6 +3,7 @@
 `LocalCluster` starts etcd, kube-apiserver (RBAC on), kube-controller-manager, kwok, kube-scheduler,
 a fake dcgm-exporter and Prometheus, all on loopback, from binaries that `hack/build-binaries.sh`
 builds from their Go modules. `create_nodes` adds fake GPU nodes described by `NodeSpec`.
+`kueue.Kueue` runs Kueue against a started cluster, for the tests that ask for it.
 """
 
 from hack.localcluster.cluster import ClusterConfig, LocalCluster

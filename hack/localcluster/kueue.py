@@ -190,6 +190,7 @@ class Kueue:
         it did."""
         cluster = self.cluster
         assert cluster.pki is not None, "start the cluster first"
+        assert self.component is None, "Kueue is already running"
         files = kueue_files()
         ensure_metrics_certs(cluster.pki)
         self.folder.mkdir(parents=True, exist_ok=True)
