@@ -220,7 +220,9 @@ class Scene:
                 return name
         return None
 
-    async def condition(self, job: str, kind: str, status: str = "True") -> dict[str, Any]:
+    async def condition(
+        self, job: str, kind: str, status: str = "True", timeout: float = 60
+    ) -> dict[str, Any]:
         """Wait until Job `job`'s Workload has condition `kind` with `status`; returns it."""
         custom = client.CustomObjectsApi(self.api_client)
 
@@ -230,7 +232,9 @@ class Scene:
                 return None
             return await _condition(custom, "workloads", self.namespace, workload, kind, status)
 
-        return await eventually(probe, what=f"Workload of Job {job}: {kind}={status}")
+        return await eventually(
+            probe, timeout=timeout, what=f"Workload of Job {job}: {kind}={status}"
+        )
 
     async def pods(self, job: str) -> list[dict[str, Any]]:
         response = await self.core.list_namespaced_pod(
@@ -318,24 +322,35 @@ async def test_admits_within_the_gpu_quota_and_queues_beyond_it(
         assert await scene.pods("second") == []
 
 
+@pytest.mark.parametrize("how", ["finished", "deleted"])
 async def test_a_queued_job_is_admitted_and_bound_when_quota_frees(
-    cluster: LocalCluster, core_api: client.CoreV1Api, api_client: client.ApiClient, namespace: str
+    cluster: LocalCluster,
+    core_api: client.CoreV1Api,
+    api_client: client.ApiClient,
+    namespace: str,
+    how: str,
 ) -> None:
     teams = [Team("team", gpus=4)]
     async with eight_gpus_under_kueue(cluster, core_api, api_client, namespace, teams) as scene:
-        await scene.running("first", "team", pods=1, gpus=4)
+        (running,) = await scene.running("first", "team", pods=1, gpus=4)
         await scene.submit("second", "team", pods=1, gpus=4)
         await scene.condition("second", "QuotaReserved", status="False")
 
-        batch = client.BatchV1Api(api_client)
-        await batch.delete_namespaced_job("first", namespace, propagation_policy="Background")
-        await scene.condition("second", "Admitted")
+        if how == "finished":  # without the annotation, kwok completes a Job's running pod
+            patch = {"metadata": {"annotations": {RUN_ANNOTATION: None}}}
+            await core_api.patch_namespaced_pod(running["metadata"]["name"], namespace, patch)
+            await scene.condition("first", "Finished")
+        else:
+            batch = client.BatchV1Api(api_client)
+            await batch.delete_namespaced_job("first", namespace, propagation_policy="Background")
+        # A deleted Job's Workload goes through the garbage collector, which notices Kueue's
+        # CRDs (installed after it started) on its next 30 s discovery resync.
+        await scene.condition("second", "Admitted", timeout=120)
         (pod,) = await scene.bound_pods("second", 1)
         assert not await scene.suspended("second")
         assert pod["spec"]["nodeName"] == scene.node
         assert len(gpus_of(pod)) == 4
         assert_in_one_domain(pod)
-        await scene.pods_gone("first")
 
 
 async def test_the_lender_reclaims_its_quota_from_a_borrower_in_the_cohort(
