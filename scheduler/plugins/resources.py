@@ -21,12 +21,21 @@ from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.objects import PODS, RESOURCES, PodInfo
+from topology.text import clip
 
 NAME = "NodeResourcesFit"
 
 
+MAX_RESOURCE_NAME = 317
+"""Longest valid resource name: a DNS-subdomain prefix (253), "/", a name (63)."""
+
+
 def insufficient_reason(resource: str) -> str:
-    return "Too many pods" if resource == "pods" else f"Insufficient {resource}"
+    """kube-scheduler's reason for a resource the node lacks; a name longer than any valid one
+    (the cache keeps what a pod requests unchecked) is clipped so the reason stays bounded."""
+    if resource == "pods":
+        return "Too many pods"
+    return f"Insufficient {clip(resource, MAX_RESOURCE_NAME)}"
 
 
 class ScalarFree:

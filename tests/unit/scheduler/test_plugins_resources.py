@@ -118,3 +118,12 @@ def test_deleted_node_rows_are_ignored() -> None:
     cache = cluster(make_node("gone", gpus=0), make_node("here"))
     cache.remove_node("gone")
     assert rejected(NodeResourcesFit(), pod_info(gpus=1), Snapshot(cache)) == {}
+
+
+def test_reason_for_an_overlong_resource_name_is_bounded() -> None:
+    name = "example.com/" + "x" * 1000
+    reason = insufficient_reason(name)
+    assert reason.startswith("Insufficient example.com/xxx")
+    assert "(1012 characters)" in reason
+    assert len(reason) < 400
+    assert insufficient_reason("example.com/" + "x" * 63) == "Insufficient example.com/" + "x" * 63
