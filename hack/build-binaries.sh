@@ -243,7 +243,7 @@ build_kueue() {
   done_in "$started" "$out"
 }
 
-command -v go >/dev/null || { log "go is not installed; install Go >= 1.24 first"; exit 1; }
+command -v go >/dev/null || { log "go is not installed; install Go >= 1.26 first"; exit 1; }
 total=$SECONDS
 if ! have_all "$cache/bin/kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubectl \
   || ! have_all "$cache/bin/etcd-$ETCD_VERSION" etcd || ! have_all "$cache/bin/kwok-$KWOK_VERSION" kwok; then

@@ -9,7 +9,7 @@
 #   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository;
 #      the real node's kubelet and kube-proxy, and Kueue, are built when a test first starts
 #      them: `hack/build-binaries.sh --node` / `--kueue`).
-# Needs: Python >= 3.11, Go >= 1.24, and a Debian-like system for apt-get.
+# Needs: Python >= 3.11, Go >= 1.26 (Kubernetes v1.37 needs it), and a Debian-like system for apt-get.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +22,7 @@ python="${PYTHON:-python3}"
 import sys
 sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
-command -v go >/dev/null || { log "Go >= 1.24 is required to build the Kubernetes binaries"; exit 1; }
+command -v go >/dev/null || { log "Go >= 1.26 is required to build the Kubernetes binaries"; exit 1; }
 
 # Debian package -> a file it installs (present means installed).
 declare -A packages=(
