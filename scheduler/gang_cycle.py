@@ -114,26 +114,68 @@ def _precheck(pod: PodInfo, snapshot: Snapshot) -> str:
     return ""
 
 
-def _domains(
-    cache: ClusterCache, key: str, pinned: set[str]
-) -> list[tuple[str, npt.NDArray[np.bool_]]]:
-    """(value, rows mask) per value of node label `key`, most free GPUs first; only values in
-    `pinned` when it is not empty. Without a key: one domain of every row."""
+@dataclass(frozen=True)
+class _Domain:
+    """One value of the topology key (or, without a key, the whole cluster): its rows and the
+    free GPUs they hold."""
+
+    value: str
+    rows: npt.NDArray[np.intp]  # rows: (nodes with the value,)
+    free: int
+    slots: int
+    """Members of the smallest GPU request the value's nodes could hold, each on one node
+    (sum of free // smallest); an upper bound on the members that fit there."""
+    size: int
+    """Rows of the snapshot the mask is built for."""
+
+    def mask(self) -> npt.NDArray[np.bool_]:
+        """The value's rows as a mask: (size,)."""
+        mask = np.zeros(self.size, dtype=bool)  # mask: (size,)
+        mask[self.rows] = True
+        return mask
+
+
+def _domains(cache: ClusterCache, key: str, pinned: set[str], smallest: int = 0) -> list[_Domain]:
+    """The values of node label `key` on valid rows, most free GPUs first, then by value; only
+    values in `pinned` when it is not empty. Without a key: one domain of every valid row.
+    `smallest`: the least GPUs a member asks for (0: slots are not counted, reported as 0).
+    Grouped by one sort of the label codes, so the cost grows as nodes x log(nodes), not as
+    values x nodes; masks are built only for the values a plan tries."""
     snapshot = Snapshot(cache)
     valid = snapshot.valid  # valid: (rows,)
-    if not key:
-        return [("", valid.copy())]
-    column = snapshot.label(key)
     free = snapshot.gpu_total - snapshot.gpu_used  # free: (rows,)
-    found: list[tuple[int, str, npt.NDArray[np.bool_]]] = []
-    for code in np.unique(column.codes[valid & (column.codes >= 0)]):
-        value = column.values[int(code)]
+    size = len(valid)
+    slots = free // smallest if smallest > 0 else np.zeros_like(free)  # slots: (rows,)
+    if not key:
+        rows = np.flatnonzero(valid)  # rows: (valid,)
+        return [_Domain("", rows, int(free[rows].sum()), int(slots[rows].sum()), size)]
+    column = snapshot.label(key)
+    rows = np.flatnonzero(valid & (column.codes >= 0))  # rows: (labelled,)
+    if not rows.size:
+        return []
+    codes = column.codes[rows]  # codes: (labelled,)
+    order = np.argsort(codes, kind="stable")  # order: (labelled,)
+    rows, codes = rows[order], codes[order]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])  # starts: (values,)
+    sums = np.add.reduceat(free[rows], starts)  # sums: (values,)
+    room = np.add.reduceat(slots[rows], starts)  # room: (values,)
+    groups = np.split(rows, starts[1:])
+    found: list[_Domain] = []
+    for start, group, total, fit in zip(starts, groups, sums, room, strict=True):
+        value = column.values[int(codes[start])]
         if pinned and value not in pinned:
             continue
-        mask = valid & (column.codes == code)  # mask: (rows,)
-        found.append((-int(free[mask].sum()), value, mask))
-    found.sort(key=lambda item: (item[0], item[1]))
-    return [(value, mask) for _, value, mask in found]
+        found.append(_Domain(value, group, int(total), int(fit), size))
+    found.sort(key=lambda domain: (-domain.free, domain.value))
+    return found
+
+
+def _may_hold(domain: _Domain, least: int, need: int, smallest: list[int]) -> bool:
+    """False when `domain` surely cannot hold `need` members: fewer free GPUs than the `need`
+    smallest requests, or (members asking for GPUs) fewer one-node slots than `need`."""
+    if domain.free < least:
+        return False
+    return not (smallest and smallest[0] > 0 and domain.slots < need)
 
 
 def _fill(
@@ -201,20 +243,19 @@ def plan_gang(
     """Place at least `need` of `members` (all that fit), or none; see the module docstring.
     `pinned`: the topology values of members already placed (the gang must stay there)."""
     order = sorted(members, key=lambda p: (-p.gpus, p.key))
-    domains = _domains(cache, topology_key, pinned or set())
-    if len(domains) > 1:  # skip values without the GPUs of even the `need` smallest members
-        least = sum(sorted(p.gpus for p in order)[:need])
-        snapshot = Snapshot(cache)
-        free = snapshot.gpu_total - snapshot.gpu_used  # free: (rows,)
-        roomy = [(v, m) for v, m in domains if int(free[m].sum()) >= least]
-        domains = roomy or domains[:1]
+    smallest = sorted(p.gpus for p in order)[:need]
+    domains = _domains(cache, topology_key, pinned or set(), smallest[0] if smallest else 0)
+    if len(domains) > 1:  # skip values that cannot hold even the `need` smallest members
+        least = sum(smallest)
+        domains = [d for d in domains if _may_hold(d, least, need, smallest)] or domains[:1]
     if not domains:
         reason = f"no node has the label {clip(topology_key)} (PodGroup topology constraint)"
         return GangPlan(False, unplaced={p.key: reason for p in order}, plugins={"PodGroup"})
     best: GangPlan | None = None
-    for value, mask in domains:
+    for domain in domains:
+        value = domain.value
         where = f"{clip(topology_key)}={clip(value)}: " if topology_key else ""
-        placed, unplaced, plugins = _fill(cache, framework, order, mask, where)
+        placed, unplaced, plugins = _fill(cache, framework, order, domain.mask(), where)
         if len(placed) >= need:
             return GangPlan(True, placed, unplaced, len(placed), plugins, value)
         for member in placed:

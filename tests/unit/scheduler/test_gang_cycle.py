@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import pytest
+
+from scheduler import gang_cycle
 from scheduler.config import SchedulerConfig
 from scheduler.gang_cycle import GangRequest, plan_gang
 from scheduler.gangs import GangTracker
@@ -132,6 +135,51 @@ def test_topology_failure_forgets_every_assumption() -> None:
     assert not plan.fits and plan.best == 1
     assert cache.pods == {}
     assert all(r.startswith("rack=r") for r in plan.unplaced.values())
+
+
+def fragmented_racks() -> Any:
+    """Rack r1: three 4-GPU nodes with 3 GPUs free each (9 free, no room for a 4-GPU member);
+    rack r2: two free 4-GPU nodes (8 free); a node of rack r3 with 2 free."""
+    nodes = [make_node(f"r1-{i}", gpus=4, labels={"rack": "r1"}) for i in range(3)]
+    nodes += [make_node(f"r2-{i}", gpus=4, labels={"rack": "r2"}) for i in range(2)]
+    nodes.append(make_node("r3-0", gpus=4, labels={"rack": "r3"}))
+    used = [make_pod(f"used-{i}", gpus=1, node=f"r1-{i}") for i in range(3)]
+    used.append(make_pod("used-r3", gpus=2, node="r3-0"))
+    return cluster(*nodes, pods=used)
+
+
+def test_domains_group_rows_by_value_with_free_gpus_and_one_node_slots() -> None:
+    cache = fragmented_racks()
+    domains = gang_cycle._domains(cache, "rack", set(), 4)
+    assert [(d.value, d.free, d.slots) for d in domains] == [
+        ("r1", 9, 0),
+        ("r2", 8, 2),
+        ("r3", 2, 0),
+    ]
+    names = [[cache.names[int(r)] for r in d.rows] for d in domains]
+    assert names == [["r1-0", "r1-1", "r1-2"], ["r2-0", "r2-1"], ["r3-0"]]
+    assert int(domains[1].mask().sum()) == 2
+    pinned = gang_cycle._domains(cache, "rack", {"r3"}, 2)
+    assert [(d.value, d.free, d.slots) for d in pinned] == [("r3", 2, 1)]
+    assert gang_cycle._domains(cache, "zone", set(), 4) == []
+
+
+def test_a_rack_without_one_node_room_per_member_is_not_tried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = fragmented_racks()
+    tried: list[int] = []
+    fill = gang_cycle._fill
+
+    def counting_fill(*args: Any) -> Any:
+        tried.append(int(args[3].sum()))
+        return fill(*args)
+
+    monkeypatch.setattr(gang_cycle, "_fill", counting_fill)
+    members = [parse_pod(member(f"w{i}", gpus=4)) for i in range(2)]
+    plan = plan_gang(cache, default_framework(SchedulerConfig()), members, 2, "rack")
+    assert plan.fits and plan.topology_value == "r2"
+    assert tried == [2]  # only r2's two nodes: r1 has 9 free GPUs but no node with 4
 
 
 async def test_room_appearing_schedules_the_whole_gang() -> None:
