@@ -22,6 +22,11 @@ One attempt for a pending pod (the preemptor), never two within `cooldownSeconds
    while the victims terminate), set `status.nominatedNodeName`, and evict through the Eviction
    API, budget-guarded victims first. A 429 (PodDisruptionBudget) fails that node's set: the
    reservation is dropped and the next node is tried; 404 means the victim is already gone.
+   A pod Kueue admitted is not evicted: its Workload is deactivated (`spec.active: false`,
+   `scheduler.kube.kueue_workloads`), so Kueue suspends its job and releases the quota; such a
+   victim counts only when every pod of its Workload is idle (`scheduler.kueue_victims`), its
+   Workload goes first, and one that cannot be found or patched drops the node's set with an
+   Event on the victim (docs/kueue.md).
    When this step made no room (off, nothing idle enough, no fitting set, refused, dry-run),
    priority preemption follows, through the same enforcement (`scheduler.plugins.preemption`;
    order and semantics in docs/reclaim.md).
