@@ -26,12 +26,18 @@ from typing import Any, cast
 from kubernetes_asyncio import client
 
 from scheduler.kube.apierrors import api_call, expect_success
-from scheduler.kube.binding import with_lease_term
+from scheduler.kube.client import fence_of
 
 GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 DEACTIVATED_BY_ANNOTATION = "gpu-scheduler.io/deactivated-by"
 """Set on a Workload gpu-scheduler deactivated: why (bounded), for whoever reactivates it."""
+DEACTIVATED_IN_TERM_ANNOTATION = "gpu-scheduler.io/deactivated-in-term"
+"""The Lease term the deactivation was decided in (under leader election). Not the
+`gpu-scheduler.io/lease-term` of Bindings and Evictions: an annotation stays on a Workload, and
+the API server's fencing policy (manifests/fencing-policy.yaml), were it extended to Workloads,
+would then refuse Kueue's own later updates of it once the term is over. The write is fenced
+by the client (`scheduler.kube.client.FencedApiClient`) like every other write."""
 MAX_ANNOTATION_CHARS = 512
 _MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 """The generated client accepts `_content_type`; its type stubs do not list it."""
@@ -123,27 +129,28 @@ async def find_workload(
     raise WorkloadNotFound(f"no Workload in namespace {namespace} for {owner}")
 
 
-def deactivation_patch(uid: str, why: str, annotations: Mapping[str, str]) -> dict[str, Any]:
+def deactivation_patch(uid: str, why: str, term: str | None = None) -> dict[str, Any]:
     """The merge patch that deactivates the Workload of `uid`: `spec.active: false`, `why` (cut
-    to MAX_ANNOTATION_CHARS) in the DEACTIVATED_BY_ANNOTATION next to `annotations` (the Lease
-    term); `metadata.uid` makes the API server refuse it for a Workload re-created under the
-    name (409). Applying it twice changes nothing the second time."""
+    to MAX_ANNOTATION_CHARS) in the DEACTIVATED_BY_ANNOTATION and, under leader election, the
+    Lease `term` in DEACTIVATED_IN_TERM_ANNOTATION; `metadata.uid` makes the API server refuse
+    it for a Workload re-created under the name (409). Applying it twice changes nothing the
+    second time."""
     if len(why) > MAX_ANNOTATION_CHARS:
         why = why[: MAX_ANNOTATION_CHARS - 3] + "..."
-    return {
-        "metadata": {"uid": uid, "annotations": {**annotations, DEACTIVATED_BY_ANNOTATION: why}},
-        "spec": {"active": False},
-    }
+    annotations = {DEACTIVATED_BY_ANNOTATION: why}
+    if term:
+        annotations[DEACTIVATED_IN_TERM_ANNOTATION] = term
+    return {"metadata": {"uid": uid, "annotations": annotations}, "spec": {"active": False}}
 
 
 async def deactivate_workload(
     custom: client.CustomObjectsApi, ref: WorkloadRef, why: str, timeout: float = 10.0
 ) -> None:
     """Set `spec.active: false` on the Workload of `ref` (`deactivation_patch`), through the
-    fenced client, carrying the Lease term. Raises the typed `APIError` on any failure (403
+    fenced client, recording the Lease term. Raises the typed `APIError` on any failure (403
     without RBAC, 404 gone, 409 re-created, no answer)."""
-    lease = with_lease_term(cast(client.CoreV1Api, custom), {})
-    patch = deactivation_patch(ref.uid, why, lease)
+    fence = fence_of(getattr(custom, "api_client", None))
+    patch = deactivation_patch(ref.uid, why, fence.term if fence is not None else None)
     what = f"deactivation of Workload {ref.key}"
     async with api_call(what):
         response = await custom.patch_namespaced_custom_object(

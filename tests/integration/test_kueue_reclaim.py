@@ -25,7 +25,10 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import G2_EXPANSION, LocalCluster
 from scheduler.daemon import Daemon
-from scheduler.kube.kueue_workloads import DEACTIVATED_BY_ANNOTATION
+from scheduler.kube.kueue_workloads import (
+    DEACTIVATED_BY_ANNOTATION,
+    DEACTIVATED_IN_TERM_ANNOTATION,
+)
 from scheduler.plugins.reclaim import WORKLOAD_DEACTIVATED
 from tests.integration.test_deployment_rbac import _rbac_documents, _token_kubeconfig
 from tests.integration.test_kueue import (
@@ -224,6 +227,8 @@ async def test_an_idle_kueue_job_gives_its_quota_back_and_the_pending_job_runs(
         assert _condition(workload, "QuotaReserved")["status"] == "False"
         why = workload["metadata"]["annotations"][DEACTIVATED_BY_ANNOTATION]
         assert why.startswith("idle GPU reclaim by gpu-scheduler for pod "), why
+        term = workload["metadata"]["annotations"][DEACTIVATED_IN_TERM_ANNOTATION]
+        assert term.startswith(f"{namespace}/gpu-scheduler/"), term  # decided in the Lease's term
         assert await scene.pods("holder") == []
         assert await scene.suspended("holder")
 

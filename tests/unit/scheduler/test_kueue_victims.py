@@ -14,6 +14,7 @@ from scheduler.kube.apierrors import APIError
 from scheduler.kube.fence import LEASE_TERM_ANNOTATION
 from scheduler.kube.kueue_workloads import (
     DEACTIVATED_BY_ANNOTATION,
+    DEACTIVATED_IN_TERM_ANNOTATION,
     JOB_UID_LABEL,
     MAX_ANNOTATION_CHARS,
     WorkloadNotFound,
@@ -107,13 +108,18 @@ def test_the_workload_is_matched_by_owner_reference_label_or_name() -> None:
 
 
 def test_the_patch_deactivates_only_that_workload_and_says_why() -> None:
-    patch = deactivation_patch("u1", "x" * 1000, {LEASE_TERM_ANNOTATION: "t-1"})
+    patch = deactivation_patch("u1", "x" * 1000, "ns/lease/holder/3")
     assert patch["spec"] == {"active": False}
     assert patch["metadata"]["uid"] == "u1"
     annotations = patch["metadata"]["annotations"]
-    assert annotations[LEASE_TERM_ANNOTATION] == "t-1"
+    assert annotations[DEACTIVATED_IN_TERM_ANNOTATION] == "ns/lease/holder/3"
+    assert LEASE_TERM_ANNOTATION not in annotations  # would fence Kueue's own later updates
     assert len(annotations[DEACTIVATED_BY_ANNOTATION]) == MAX_ANNOTATION_CHARS
-    assert deactivation_patch("u1", "why", {}) == deactivation_patch("u1", "why", {})
+    assert deactivation_patch("u1", "why") == deactivation_patch("u1", "why")
+    assert (
+        DEACTIVATED_IN_TERM_ANNOTATION
+        not in deactivation_patch("u1", "why")["metadata"]["annotations"]
+    )
 
 
 # -- the Reclaimer's decisions -----------------------------------------------------------------
