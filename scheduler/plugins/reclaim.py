@@ -866,6 +866,7 @@ class Reclaimer:
         ref = ObjectRef("Pod", victim.pod.name, victim.pod.namespace, victim.pod.uid)
         if workload is not None:
             note = note.replace("evicted: ", f"Kueue Workload {workload.name} deactivated: ", 1)
+            note = note.replace("for a pod of", f"for pod {pod.uid} of", 1)
         elif kueue_owner(victim.pod) is not None and dry_run:
             note += "; its Kueue Workload would be deactivated"
         reason = "WouldReclaim" if dry_run else "Reclaimed"

@@ -183,6 +183,7 @@ async def test_an_idle_kueue_victim_is_taken_back_through_its_workload(
     assert victim_notes and all(
         n.startswith(f"Kueue Workload {taken} deactivated: ") for n in victim_notes
     )
+    assert all(n.endswith("reclaimed for pod uid-preemptor of priority 1000") for n in victim_notes)
 
 
 async def test_a_kueue_victim_whose_workload_is_missing_is_not_evicted(
