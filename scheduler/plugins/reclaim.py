@@ -22,6 +22,11 @@ One attempt for a pending pod (the preemptor), never two within `cooldownSeconds
    while the victims terminate), set `status.nominatedNodeName`, and evict through the Eviction
    API, budget-guarded victims first. A 429 (PodDisruptionBudget) fails that node's set: the
    reservation is dropped and the next node is tried; 404 means the victim is already gone.
+   A pod Kueue admitted is not evicted: its Workload is deactivated (`spec.active: false`,
+   `scheduler.kube.kueue_workloads`), so Kueue suspends its job and releases the quota; such a
+   victim counts only when every pod of its Workload is idle (`scheduler.kueue_victims`), its
+   Workload goes first, and one that cannot be found or patched drops the node's set with an
+   Event on the victim (docs/kueue.md).
    When this step made no room (off, nothing idle enough, no fitting set, refused, dry-run),
    priority preemption follows, through the same enforcement (`scheduler.plugins.preemption`;
    order and semantics in docs/reclaim.md).
@@ -75,6 +80,13 @@ from scheduler.kube.apierrors import APIError
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.kube.eviction import EvictionResult, evict_pod, nominate
 from scheduler.kube.informer import InformerHandler, KubeObject
+from scheduler.kube.kueue_workloads import (
+    WorkloadNotFound,
+    WorkloadRef,
+    deactivate_workload,
+    find_workload,
+)
+from scheduler.kueue_victims import KueueOwner, kueue_owner, partial_workloads
 from scheduler.objects import PodInfo, parse_pod
 from scheduler.pdb import PdbStore
 from scheduler.plugins.nvlink import one_domain_feasible
@@ -82,6 +94,7 @@ from scheduler.plugins.preemption import PriorityPreemption
 from scheduler.plugins.reclaim_policies import PolicyStore
 from scheduler.plugins.victims import (
     PREEMPTION,
+    RECLAIM,
     Plan,
     Victim,
     mark_disruption_targets,
@@ -99,6 +112,9 @@ MAX_TRACKED_PODS = 10_000
 """At most this many cooldowns and nominations are kept; the oldest go first."""
 MAX_ERROR_CHARS = 200
 """Longer error texts (Prometheus, the API server) are cut in events."""
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+WORKLOAD_DEACTIVATED = "workload_deactivated"
+"""The eviction result counted for a Kueue victim taken back through its Workload."""
 
 
 def _cut(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -367,6 +383,7 @@ class Reclaimer:
                 window_s=victim.window_s,
                 reason=victim.verdict.reason,
             )
+        idle = self._whole_workloads(pod, idle)
         if not idle:
             self._skip(pod, "no_idle_pods", None)
             return None
@@ -496,6 +513,21 @@ class Reclaimer:
             return None
         return measured
 
+    def _whole_workloads(self, pod: PodInfo, idle: list[Victim]) -> list[Victim]:
+        """`idle` without the Kueue victims whose Workload also runs a pod that is not idle
+        (`scheduler.kueue_victims.partial_workloads`): Kueue takes a Workload back whole."""
+        owners: dict[str, KueueOwner] = {}
+        for key, state in self.cache.pods.items():
+            if state.reserved_at is not None or state.info.terminating:
+                continue
+            owner = kueue_owner(state.info)
+            if owner is not None:
+                owners[key] = owner
+        excluded = partial_workloads((v.pod.key for v in idle), owners)
+        for key, why in excluded.items():
+            log.info("reclaim_kueue_workload_busy", preemptor=pod.key, pod=key, reason=why)
+        return [v for v in idle if v.pod.key not in excluded]
+
     def _fits_without(self, pod: PodInfo, node: str, removed: frozenset[str]) -> bool:
         """Whether `pod` passes every filter on `node` once `removed` pods are gone, with its
         GPUs inside one NVLink domain wherever the node's domains allow that."""
@@ -623,6 +655,9 @@ class Reclaimer:
             if why is not None:
                 self._stop_stale(pod, plan, why)
                 return None
+            workloads = await self._kueue_workloads(pod, plan)
+            if workloads is None:
+                continue  # a Kueue victim's Workload is unknown: none of this set is touched
             keys = frozenset(v.pod.key for v in plan.victims)
             with self.cache.released(pod.key), self.cache.without(keys):
                 topology = self.cache.nodes[node].topology
@@ -643,7 +678,10 @@ class Reclaimer:
                 f"{plan.step}: evicted to make room for pod {pod.key}",
             )
             blocked = False
-            for victim in plan.eviction_order():
+            taken: set[str] = set()
+            # Kueue victims first: a Workload refused leaves nothing else evicted.
+            order = sorted(plan.eviction_order(), key=lambda v: v.pod.key not in workloads)
+            for victim in order:
                 placed = self.cache.pods.get(pod.key)
                 if placed is not None and placed.node == node:
                     log.info("reclaim_preemptor_placed", preemptor=pod.key, node=node)
@@ -654,6 +692,13 @@ class Reclaimer:
                 if why is not None:
                     self._stop_stale(pod, plan, why)
                     return None
+                ref = workloads.get(victim.pod.key)
+                if ref is not None:
+                    result, message = await self._take_back(pod, plan, victim, ref, taken)
+                    if result is EvictionResult.FAILED:
+                        blocked = True
+                        break
+                    continue
                 result, message = await self.evict(victim)
                 log.info(
                     "reclaim_evict",
@@ -681,6 +726,104 @@ class Reclaimer:
             )
         return None
 
+    # -- Kueue victims -------------------------------------------------------------------------
+
+    async def _kueue_workloads(self, pod: PodInfo, plan: Plan) -> dict[str, WorkloadRef] | None:
+        """The Workload of every Kueue victim of an idle-reclaim `plan` (victim key -> it), read
+        from the API server; None when one cannot be found or read: that victim is not evicted
+        behind Kueue's back, the plan is dropped (Events on the victim and the preemptor).
+        Priority preemption evicts pods as kube-scheduler does: {}."""
+        refs: dict[str, WorkloadRef] = {}
+        if plan.step != RECLAIM:
+            return refs
+        for victim in plan.victims:
+            owner = kueue_owner(victim.pod)
+            if owner is None:
+                continue
+            try:
+                refs[victim.pod.key] = await find_workload(
+                    self.custom, owner.namespace, owner.owner_uids, owner.workload_name
+                )
+            except (WorkloadNotFound, APIError, ValueError) as error:
+                self._kueue_refused(
+                    pod, plan, victim, f"its Kueue Workload could not be found: {error}"
+                )
+                return None
+        return refs
+
+    async def _take_back(
+        self, pod: PodInfo, plan: Plan, victim: Victim, ref: WorkloadRef, taken: set[str]
+    ) -> tuple[EvictionResult, str]:
+        """Deactivate the Workload of Kueue victim `victim` (once per Workload and plan, keys in
+        `taken`) instead of evicting the pod: Kueue suspends its job, deletes its pods and
+        releases its quota. Counted as `workload_deactivated` per victim pod; a refusal is FAILED
+        (`failed`), after Events on the victim and the preemptor."""
+        if ref.key not in taken:
+            why = (
+                f"idle GPU reclaim by gpu-scheduler for pod {pod.uid} on node {plan.node}"
+                f"{self._usage_text(victim)}"
+            )
+            started = self.clock()
+            try:
+                await deactivate_workload(self.custom, ref, why)
+            except APIError as error:
+                self.last_eviction_s = self.clock() - started
+                self.stats.evictions[EvictionResult.FAILED.value] += 1
+                self._kueue_refused(
+                    pod, plan, victim, f"deactivating its Kueue Workload {ref.key} failed: {error}"
+                )
+                return EvictionResult.FAILED, str(error)
+            self.last_eviction_s = self.clock() - started
+            taken.add(ref.key)
+            note = (
+                f"deactivated: idle GPUs reclaimed for pod {pod.uid} of priority {pod.priority} "
+                f"on node {plan.node}{self._usage_text(victim)}; Kueue releases the quota and "
+                "does not requeue it until spec.active is set to true again"
+            )
+            workload = ObjectRef("Workload", ref.name, ref.namespace, ref.uid, KUEUE_API)
+            self.recorder.emit(workload, WARNING, "Reclaimed", "Deactivate", note)
+        log.info(
+            "reclaim_kueue_deactivate",
+            preemptor=pod.key,
+            pod=victim.pod.key,
+            workload=ref.key,
+            node=plan.node,
+        )
+        self.stats.evictions[WORKLOAD_DEACTIVATED] += 1
+        self._tell_victim(pod, victim, dry_run=False, workload=ref)
+        return EvictionResult.EVICTED, ""
+
+    @staticmethod
+    def _usage_text(victim: Victim) -> str:
+        if victim.verdict is None or victim.verdict.usage_pct is None:
+            return ""
+        return (
+            f": GPU usage {victim.verdict.usage_pct:.1f} % < {victim.threshold_pct:g} % "
+            f"over {victim.window_s} s"
+        )
+
+    def _kueue_refused(self, pod: PodInfo, plan: Plan, victim: Victim, why: str) -> None:
+        """A Kueue victim cannot be taken back through its Workload: Events on it and on the
+        preemptor; the plan on `plan.node` is dropped (the next cycle plans again)."""
+        why = _cut(why, 2 * MAX_ERROR_CHARS)
+        log.warning(
+            "reclaim_kueue_refused", preemptor=pod.key, pod=victim.pod.key, node=plan.node, why=why
+        )
+        ref = ObjectRef("Pod", victim.pod.name, victim.pod.namespace, victim.pod.uid)
+        self.recorder.emit(
+            ref,
+            WARNING,
+            "ReclaimSkipped",
+            "Reclaim",
+            f"not reclaimed for pod {pod.uid}: {why}; a pod Kueue admitted is never evicted "
+            "without its Workload",
+        )
+        self._skip(
+            pod,
+            "kueue_workload_unavailable",
+            f"reclaim on node {plan.node} skipped: victim {victim.pod.key}: {why}",
+        )
+
     # -- reporting ---------------------------------------------------------------------------
 
     def _report(self, pod: PodInfo, plan: Plan, dry_run: bool) -> None:
@@ -707,7 +850,9 @@ class Reclaimer:
             for victim in victims:
                 self._tell_victim(pod, victim, dry_run=True)
 
-    def _tell_victim(self, pod: PodInfo, victim: Victim, dry_run: bool) -> None:
+    def _tell_victim(
+        self, pod: PodInfo, victim: Victim, dry_run: bool, workload: WorkloadRef | None = None
+    ) -> None:
         if victim.verdict is None:  # chosen by priority preemption, not measured
             self.preemption.tell_victim(pod, victim)
             return
@@ -719,6 +864,11 @@ class Reclaimer:
             f"({victim.verdict.describe()}); reclaimed for a pod of priority {pod.priority}"
         )
         ref = ObjectRef("Pod", victim.pod.name, victim.pod.namespace, victim.pod.uid)
+        if workload is not None:
+            note = note.replace("evicted: ", f"Kueue Workload {workload.name} deactivated: ", 1)
+            note = note.replace("for a pod of", f"for pod {pod.uid} of", 1)
+        elif kueue_owner(victim.pod) is not None and dry_run:
+            note += "; its Kueue Workload would be deactivated"
         reason = "WouldReclaim" if dry_run else "Reclaimed"
         self.recorder.emit(ref, WARNING, reason, "Reclaim", note)
 
