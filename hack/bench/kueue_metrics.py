@@ -123,8 +123,14 @@ class StrandingMeter:
     """Integral over time of the free GPUs while at least one admitted workload was stranded."""
     pending_samples: list[int] = field(default_factory=list)
     """Per snapshot: admitted workloads with pods not bound."""
+    episodes: list[tuple[float, str, tuple[int, ...]]] = field(default_factory=list)
+    """(time, workload, free GPUs per node) each time a workload becomes stranded."""
+    stranded_s: dict[str, float] = field(default_factory=dict)
+    """Per workload ever stranded: how long it was (time between snapshots, counted at the
+    earlier one)."""
     last_at: float | None = None
     last_stranded_gpus: int = 0
+    last_stranded: frozenset[str] = frozenset()
 
     def observe(
         self, at: float, free: Mapping[str, int], waiting: Mapping[str, tuple[int, int]]
@@ -133,10 +139,16 @@ class StrandingMeter:
         pods its (unbound pods, GPUs per pod). The time since the previous snapshot is counted
         at the previous snapshot's stranded GPUs."""
         if self.last_at is not None:
-            self.stranded_gpu_s += self.last_stranded_gpus * max(0.0, at - self.last_at)
+            elapsed = max(0.0, at - self.last_at)
+            self.stranded_gpu_s += self.last_stranded_gpus * elapsed
+            for name in self.last_stranded:
+                self.stranded_s[name] = self.stranded_s.get(name, 0.0) + elapsed
         now = stranded(free, waiting)
         for name, gpus in now.items():
             self.worst[name] = max(self.worst.get(name, 0), gpus)
+            if name not in self.last_stranded:
+                self.episodes.append((at, name, tuple(sorted(free.values(), reverse=True))))
+        self.last_stranded = frozenset(now)
         self.pending_samples.append(sum(1 for pods, _ in waiting.values() if pods > 0))
         self.last_at = at
         self.last_stranded_gpus = sum(free.values()) if now else 0

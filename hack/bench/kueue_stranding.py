@@ -266,6 +266,14 @@ def live_bound(pods: Sequence[KubeObject]) -> list[tuple[str, str, str]]:
 # -- one run -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run's metrics, and its meter for the details (stranding episodes)."""
+
+    metrics: RunMetrics
+    meter: StrandingMeter
+
+
 async def run_jobs(
     api: client.ApiClient,
     label: str,
@@ -273,7 +281,7 @@ async def run_jobs(
     jobs: Sequence[QueuedJob],
     spec: NodeSpec,
     options: Options,
-) -> RunMetrics:
+) -> Run:
     """Queues, the Job stream and the measurement of run `label` (see the module docstring)."""
     core = client.CoreV1Api(api)
     batch = client.BatchV1Api(api)
@@ -383,7 +391,7 @@ async def run_jobs(
         [n for n in order if n in sizes], sizes, pods.node, pods.gpus, topologies_of([spec])
     )
     await clear_run(core, batch, custom, namespace, queues)
-    return summarize(label, len(jobs), admissions.at, bound_at, meter, nvlink)
+    return Run(summarize(label, len(jobs), admissions.at, bound_at, meter, nvlink), meter)
 
 
 async def clear_run(
@@ -419,7 +427,7 @@ async def clear_run(
     await asyncio.sleep(2.0)  # let every watcher (the schedulers' caches) catch up
 
 
-async def bench(options: Options) -> list[RunMetrics]:
+async def bench(options: Options) -> list[Run]:
     """One cluster with Kueue and the benchmark's nodes; the kube-scheduler run, then the
     gpu-scheduler run."""
     spec = node_spec(options.nodes)
@@ -474,6 +482,22 @@ def describe(jobs: Sequence[QueuedJob], options: Options) -> str:
     )
 
 
+def details(runs: Sequence[Run], jobs: Sequence[QueuedJob]) -> list[str]:
+    """One line per stranding episode of each run: when, which workload, the free GPUs per
+    node then (largest first), and how long that workload was stranded in all."""
+    by_name = {job.name: job for job in jobs}
+    lines = []
+    for run in runs:
+        for at, name, free in run.meter.episodes:
+            job = by_name[name]
+            lines.append(
+                f"{run.metrics.run}: {name} ({job.pods} x {job.gpus} GPU, {job.queue}) stranded "
+                f"at {at:.1f} s, free GPUs per node {','.join(map(str, free))}, "
+                f"{run.meter.stranded_s.get(name, 0.0):.1f} s stranded in all"
+            )
+    return lines
+
+
 def table(results: Sequence[RunMetrics]) -> list[str]:
     """One row per run, then the ratio row gpu-scheduler / kube-scheduler."""
     lines = [
@@ -517,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="YAML merged into gpu-scheduler's configuration (e.g. scoring weights)",
     )
+    parser.add_argument(
+        "--details", action="store_true", help="after the table, each stranding episode"
+    )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
     low, _, high = args.duration.partition(",")
@@ -539,19 +566,30 @@ def main(argv: list[str] | None = None) -> int:
         tail_s=args.tail_seconds,
         gpu_scheduler_overrides=overrides,
     )
-    results = asyncio.run(bench(options))
+    runs = asyncio.run(bench(options))
+    results = [run.metrics for run in runs]
+    spec = node_spec(options.nodes)
+    jobs = generate(mix, spec.gpus * spec.count, TEAMS, options.seed)
     if args.output == "json":
         by_run = {m.run: m for m in results}
         document = {
             "options": {**asdict(options), "mix": asdict(mix)},
-            "runs": [asdict(m) for m in results],
+            "runs": [
+                {
+                    **asdict(run.metrics),
+                    "episodes": run.meter.episodes,
+                    "stranded_s": run.meter.stranded_s,
+                }
+                for run in runs
+            ],
             "ratios": ratios(by_run[OURS], by_run[KUBE]),
         }
         print(json.dumps(document, indent=2))
     else:
-        spec = node_spec(options.nodes)
-        print(describe(generate(mix, spec.gpus * spec.count, TEAMS, options.seed), options))
+        print(describe(jobs, options))
         print("\n".join(table(results)))
+        if args.details:
+            print("\n".join(details(runs, jobs)))
     return 0
 
 

@@ -21,6 +21,8 @@ from hack.bench.kueue_stranding import (
     FLAVOR_LABEL,
     Admissions,
     Pods,
+    Run,
+    details,
     job_manifest,
     live_bound,
     node_spec,
@@ -78,6 +80,8 @@ def test_the_meter_keeps_each_workloads_worst_and_integrates_stranded_time() -> 
     assert meter.worst == {"big": 8}
     assert meter.stranded_gpu_s == pytest.approx(8 * 2.0)
     assert meter.pending_samples == [1, 2, 0, 0]
+    assert meter.episodes == [(0.0, "big", (4, 4))]
+    assert meter.stranded_s == {"big": pytest.approx(2.0)}
 
 
 def test_summary_counts_per_admitted_workload() -> None:
@@ -178,3 +182,15 @@ def test_live_bound_pods_leave_out_pending_terminal_and_deleting_ones() -> None:
     for pod in pods:
         seen.on_add(pod)
     assert seen.order == ["a-1", "c-1", "d-1"] and seen.gpus["a-1"] == "0,1"
+
+
+def test_details_name_each_stranding_episode() -> None:
+    meter = StrandingMeter()
+    meter.observe(0.0, {"n0": 4, "n1": 4}, {"j-0001": (1, 8)})
+    meter.observe(1.5, {"n0": 8, "n1": 4}, {})
+    metrics = summarize("gpu-scheduler", 1, {"j-0001": 0.0}, {"j-0001": 1.5}, meter, (0, 0))
+    jobs = [QueuedJob("j-0001", "team-b", 1, 8, 0.0, 10.0)]
+    assert details([Run(metrics, meter)], jobs) == [
+        "gpu-scheduler: j-0001 (1 x 8 GPU, team-b) stranded at 0.0 s, free GPUs per node 4,4, "
+        "1.5 s stranded in all"
+    ]
