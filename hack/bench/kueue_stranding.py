@@ -94,15 +94,21 @@ class Options:
     tail_s: float = 30.0
     gpu_scheduler_name: str = "gpu-scheduler"
     gpu_scheduler_overrides: Mapping[str, Any] | None = None
+    flavor: str = FLAVOR
+    """The ResourceFlavor's name; its nodeLabels are `node_labels`."""
+    node_labels: Mapping[str, str] = field(default_factory=lambda: {FLAVOR_LABEL: FLAVOR})
+    node_prefix: str = ""
+    """Prefix of the nodes' type name (and so of their names)."""
+    namespace_prefix: str = "kstrand"
 
 
-def node_spec(count: int) -> NodeSpec:
-    """The benchmark's nodes: 8 GPUs, NVLink domains 0-3 and 4-7, the flavor's label and taint."""
+def node_spec(options: Options) -> NodeSpec:
+    """The benchmark's nodes: 8 GPUs, NVLink domains 0-3 and 4-7, the flavor's labels and taint."""
     return replace(
         G2_EXPANSION,
-        type_name="KB-H200",
-        count=count,
-        labels={**G2_EXPANSION.labels, FLAVOR_LABEL: FLAVOR},
+        type_name=f"{options.node_prefix}KB-H200",
+        count=options.nodes,
+        labels={**G2_EXPANSION.labels, **options.node_labels},
         taints=(FLAVOR_TAINT,),
     )
 
@@ -110,21 +116,22 @@ def node_spec(count: int) -> NodeSpec:
 # -- Kueue objects (docs/kueue.md's recipe, sized for the benchmark) ---------------------------
 
 
-def resource_flavor() -> dict[str, Any]:
+def resource_flavor(name: str, node_labels: Mapping[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ResourceFlavor",
-        "metadata": {"name": FLAVOR},
+        "metadata": {"name": name},
         "spec": {
-            "nodeLabels": {FLAVOR_LABEL: FLAVOR},
+            "nodeLabels": dict(node_labels),
             "nodeTaints": [FLAVOR_TAINT],
             "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
         },
     }
 
 
-def cluster_queue(name: str, cohort: str, gpus: int, borrow: int) -> dict[str, Any]:
-    """A team's ClusterQueue owning `gpus` GPUs, borrowing up to `borrow` more in `cohort`."""
+def cluster_queue(name: str, cohort: str, flavor: str, gpus: int, borrow: int) -> dict[str, Any]:
+    """A team's ClusterQueue owning `gpus` GPUs of `flavor`, borrowing up to `borrow` more in
+    `cohort`."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ClusterQueue",
@@ -137,7 +144,7 @@ def cluster_queue(name: str, cohort: str, gpus: int, borrow: int) -> dict[str, A
                     "coveredResources": ["cpu", "memory", GPU],
                     "flavors": [
                         {
-                            "name": FLAVOR,
+                            "name": flavor,
                             "resources": [
                                 {"name": "cpu", "nominalQuota": 256},
                                 {"name": "memory", "nominalQuota": "1Ti"},
@@ -287,14 +294,18 @@ async def run_jobs(
     batch = client.BatchV1Api(api)
     custom = client.CustomObjectsApi(api)
     clock = time.monotonic
-    namespace = await fresh_namespace(core, f"kstrand-{label}")
+    prefix = f"{options.namespace_prefix}-{label}"
+    namespace = await fresh_namespace(core, prefix)
     capacity = {name: spec.gpus for name in spec.node_names()}
     total = sum(capacity.values())
     share = total // len(TEAMS)
-    queues = [f"kstrand-{label}-{team}" for team in TEAMS]
+    queues = [f"{prefix}-{team}" for team in TEAMS]
     for team, queue in zip(TEAMS, queues, strict=True):
         await custom.create_cluster_custom_object(
-            GROUP, VERSION, "clusterqueues", cluster_queue(queue, namespace, share, total - share)
+            GROUP,
+            VERSION,
+            "clusterqueues",
+            cluster_queue(queue, namespace, options.flavor, share, total - share),
         )
         await custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, "localqueues", local_queue(team, queue)
@@ -303,14 +314,14 @@ async def run_jobs(
     admissions = Admissions(clock)
     pods = Pods()
     workload_informer = Informer(
-        f"kstrand-{label}-workloads",
+        f"{prefix}-workloads",
         functools.partial(
             custom.list_namespaced_custom_object, GROUP, VERSION, namespace, "workloads"
         ),
         admissions,
     )
     pod_informer = Informer(
-        f"kstrand-{label}-pods", functools.partial(core.list_namespaced_pod, namespace), pods
+        f"{prefix}-pods", functools.partial(core.list_namespaced_pod, namespace), pods
     )
     meter = StrandingMeter()
     bound_at: dict[str, float] = {}
@@ -427,11 +438,38 @@ async def clear_run(
     await asyncio.sleep(2.0)  # let every watcher (the schedulers' caches) catch up
 
 
-async def bench(options: Options) -> list[Run]:
-    """One cluster with Kueue and the benchmark's nodes; the kube-scheduler run, then the
-    gpu-scheduler run."""
-    spec = node_spec(options.nodes)
+async def side_by_side(
+    cluster: LocalCluster, api: client.ApiClient, spec: NodeSpec, options: Options
+) -> list[Run]:
+    """On `cluster` (Kueue running, the nodes of `spec` Ready): the flavor, the kube-scheduler
+    run, then the gpu-scheduler run; the flavor is deleted at the end."""
     jobs = generate(options.mix, spec.gpus * spec.count, TEAMS, options.seed)
+    custom = client.CustomObjectsApi(api)
+    await custom.create_cluster_custom_object(
+        GROUP, VERSION, "resourceflavors", resource_flavor(options.flavor, options.node_labels)
+    )
+    try:
+        results = [await run_jobs(api, KUBE, KUBE_SCHEDULER, jobs, spec, options)]
+        component = start_gpu_scheduler(
+            cluster, options.gpu_scheduler_name, options.gpu_scheduler_overrides
+        )
+        try:
+            results.append(
+                await run_jobs(api, OURS, options.gpu_scheduler_name, jobs, spec, options)
+            )
+        finally:
+            component.stop()
+        return results
+    finally:
+        response = await custom.delete_cluster_custom_object(
+            GROUP, VERSION, "resourceflavors", options.flavor, _preload_content=False
+        )
+        response.release()
+
+
+async def bench(options: Options) -> list[Run]:
+    """One cluster with Kueue and the benchmark's nodes, and `side_by_side` on it."""
+    spec = node_spec(options)
     with LocalCluster(ClusterConfig(prometheus=False, fake_dcgm=False)) as cluster:
         kueue = Kueue(cluster)
         kueue.start()
@@ -440,21 +478,7 @@ async def bench(options: Options) -> list[Run]:
             core = client.CoreV1Api(api)
             names = await create_nodes(core, [spec])
             await wait_nodes_ready(core, names, timeout=NODES_READY_TIMEOUT_S)
-            custom = client.CustomObjectsApi(api)
-            await custom.create_cluster_custom_object(
-                GROUP, VERSION, "resourceflavors", resource_flavor()
-            )
-            results = [await run_jobs(api, KUBE, KUBE_SCHEDULER, jobs, spec, options)]
-            component = start_gpu_scheduler(
-                cluster, options.gpu_scheduler_name, options.gpu_scheduler_overrides
-            )
-            try:
-                results.append(
-                    await run_jobs(api, OURS, options.gpu_scheduler_name, jobs, spec, options)
-                )
-            finally:
-                component.stop()
-            return results
+            return await side_by_side(cluster, api, spec, options)
         finally:
             await api.close()
             kueue.stop()
@@ -468,7 +492,7 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 
 def describe(jobs: Sequence[QueuedJob], options: Options) -> str:
-    spec = node_spec(options.nodes)
+    spec = node_spec(options)
     shapes = ", ".join(
         f"{sum(1 for j in jobs if (j.pods, j.gpus) == shape)} x ({shape[0]} x {shape[1]} GPU)"
         for shape in options.mix.shapes
@@ -568,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     runs = asyncio.run(bench(options))
     results = [run.metrics for run in runs]
-    spec = node_spec(options.nodes)
+    spec = node_spec(options)
     jobs = generate(mix, spec.gpus * spec.count, TEAMS, options.seed)
     if args.output == "json":
         by_run = {m.run: m for m in results}

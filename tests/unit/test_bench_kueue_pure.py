@@ -20,6 +20,7 @@ from hack.bench.kueue_metrics import (
 from hack.bench.kueue_stranding import (
     FLAVOR_LABEL,
     Admissions,
+    Options,
     Pods,
     Run,
     details,
@@ -137,8 +138,9 @@ def test_the_job_is_queued_and_asks_its_gpus_as_requests_and_limits() -> None:
     assert pod["schedulerName"] == "gpu-scheduler"
     resources = pod["containers"][0]["resources"]
     assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "8"
-    spec = node_spec(3)
+    spec = node_spec(Options(nodes=3, node_prefix="x-"))
     assert spec.count == 3 and spec.gpus == 8 and spec.labels[FLAVOR_LABEL]
+    assert spec.node_names()[0] == "x-kb-h200-0"
 
 
 def _workload(job: str, admitted: bool) -> dict[str, object]:
