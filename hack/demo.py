@@ -2,7 +2,7 @@
 through what the scheduler does, one step at a time, then running until Ctrl-C.
 
     python -m hack.demo [--count N] [--nodes NODES.yaml] [--work-dir DIR] [--no-scheduler]
-                        [--in-cluster]
+                        [--in-cluster] [--kueue] [--steps NAMES]
 
 Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
 
@@ -15,7 +15,14 @@ Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
 4. gang: a 4 x 8-GPU PodGroup gang (scheduling.k8s.io/v1beta1, minCount 4) on four 8-GPU nodes
    of its own (`GANG_NODE`, added by the step), one of them held by another pod: the gang waits
    with nothing bound although 3 members would fit (`gpu-scheduler explain --pod-group` shows
-   the plan), then binds all 4 members once that pod is deleted.
+   the plan), then binds all 4 members once that pod is deleted;
+5. kueue (only with --kueue, which alone starts Kueue, building it first if it is not cached):
+   Kueue (hack/localcluster/kueue.py) with docs/kueue.md's recipe on an 8-GPU node of its own
+   (`KUEUE_NODE`): team-b borrows team-a's idle quota (4 x 2 GPUs), team-a submits the recipe's
+   Job, Kueue preempts team-b's workload and gpu-scheduler binds team-a's pods, each inside one
+   NVLink domain. Kueue is stopped (webhook configurations deleted first) when the demo stops.
+
+--steps runs only the named steps (e.g. `--kueue --steps kueue`).
 
 Then the command lines to try next (explain, kubectl), with paths relative to the repository when
 they are inside it. The scheduler runs as `gpu-scheduler run` with reclaim enforced against the
@@ -66,6 +73,8 @@ from hack.localcluster import (
     wait_nodes_ready,
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
+from hack.localcluster.kueue import QUEUE_LABEL, Kueue, KueueError
+from hack.localcluster.kwok_stages import RUN_ANNOTATION, UNTIL_DELETED
 from hack.localcluster.nodes import spec_from_mapping
 from hack.localcluster.processes import ComponentError
 from scheduler.cli import describe_error
@@ -310,6 +319,8 @@ class Demo:
     notes: list[str] = field(default_factory=list)
     metrics_url: str = ""
     """The scheduler's /metrics URL."""
+    kueue: Kueue | None = None
+    """Kueue, once the Kueue step (--kueue) has started it; stopped when the demo stops."""
 
 
 @dataclass(frozen=True)
@@ -685,6 +696,261 @@ def gang(demo: Demo) -> None:
     say()
 
 
+# -- the Kueue step (--kueue) --------------------------------------------------------------------
+
+KUEUE_DOC = REPO_ROOT / "docs" / "kueue.md"
+KUEUE_NODE = NodeSpec(
+    "Demo-Kueue",
+    1,
+    gpus=8,
+    nvlink_domains="0-3,4-7",
+    gpu_product="NVIDIA-H200",
+    cpu="96",
+    memory="1Ti",
+    labels={RECLAIM_LABEL: "kueue"},
+    taints=({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},),
+)
+"""The Kueue step's node, tainted like docs/kueue.md's flavor: its two NVLink domains of 4 GPUs
+are what the two teams share."""
+LENDER, BORROWER = "team-a", "team-b"
+BORROWING_JOB = "borrow"
+LENDING_JOB = "train"
+BORROWING_PODS, BORROWING_GPUS = 4, 2
+KUEUE_TIMEOUT_SECONDS = 90.0
+"""How long the Kueue step waits for each of its stages (admitted, bound, preempted, gone)."""
+KUEUE_GROUP = "kueue.x-k8s.io"
+
+
+def kueue_recipe(text: str) -> list[dict[str, Any]]:
+    """The objects of the `## Recipe` yaml block of docs/kueue.md (`text`), in order."""
+    start = text.index("\n## Recipe\n")
+    block = text[text.index("```yaml\n", start) + len("```yaml\n") :]
+    return [d for d in yaml.safe_load_all(block[: block.index("```")]) if d]
+
+
+def kueue_objects(recipe: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The recipe's admin objects for the demo (the flavor pointed at `KUEUE_NODE`, a LocalQueue
+    for each team) and its Job, unchanged but for running on kwok until deleted."""
+    objects: list[dict[str, Any]] = []
+    job: dict[str, Any] = {}
+    for document in recipe:
+        document = json.loads(json.dumps(document))
+        if document["kind"] == "ResourceFlavor":
+            document["spec"]["nodeLabels"] = dict(KUEUE_NODE.labels)
+        if document["kind"] == "Job":
+            job = document
+            continue
+        objects.append(document)
+        if document["kind"] == "LocalQueue":
+            other = json.loads(json.dumps(document))
+            other["metadata"] = {"name": BORROWER, "namespace": BORROWER}
+            other["spec"]["clusterQueue"] = BORROWER
+            objects.append(other)
+    if not job:
+        raise CommandError(f"{shown(KUEUE_DOC)}: the Recipe section has no Job")
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = {
+        RUN_ANNOTATION: UNTIL_DELETED
+    }
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 0
+    return objects, job
+
+
+def borrowing_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's Job for team B: `BORROWING_PODS` x `BORROWING_GPUS` GPUs."""
+    borrowing: dict[str, Any] = json.loads(json.dumps(job))
+    borrowing["metadata"] = {
+        "name": BORROWING_JOB,
+        "namespace": BORROWER,
+        "labels": {QUEUE_LABEL: BORROWER},
+    }
+    borrowing["spec"].update(parallelism=BORROWING_PODS, completions=BORROWING_PODS)
+    (container,) = borrowing["spec"]["template"]["spec"]["containers"]
+    container["resources"]["requests"]["nvidia.com/gpu"] = BORROWING_GPUS
+    container["resources"]["limits"]["nvidia.com/gpu"] = BORROWING_GPUS
+    return borrowing
+
+
+def _json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
+    result = cluster.kubectl(*args, "-o", "json", check=False)
+    try:
+        found: dict[str, Any] = json.loads(result.stdout) if result.returncode == 0 else {}
+    except ValueError:
+        return {}
+    return found
+
+
+def workload_condition(
+    cluster: LocalCluster, namespace: str, job: str, kind: str
+) -> dict[str, Any]:
+    """Condition `kind` of the Workload Kueue made for Job `job` ({} when absent)."""
+    listed = _json(cluster, "get", f"workloads.{KUEUE_GROUP}", "-n", namespace)
+    for item in listed.get("items", []):
+        owners = item["metadata"].get("ownerReferences") or ()
+        if any(o.get("kind") == "Job" and o.get("name") == job for o in owners):
+            for condition in (item.get("status") or {}).get("conditions") or ():
+                if condition.get("type") == kind:
+                    found: dict[str, Any] = condition
+                    return found
+    return {}
+
+
+def job_pods(cluster: LocalCluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    return [
+        pod
+        for pod in pods_of(cluster, namespace).values()
+        if (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == job
+    ]
+
+
+def all_bound(cluster: LocalCluster, namespace: str, job: str, count: int) -> bool:
+    """Whether Job `job` has `count` pods, each bound with its GPUs and Running."""
+    pods = job_pods(cluster, namespace, job)
+    return len(pods) == count and all(
+        (pod.get("spec") or {}).get("nodeName")
+        and (pod["metadata"].get("annotations") or {}).get("gpu-scheduler.io/gpus")
+        and (pod.get("status") or {}).get("phase") == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+        for pod in pods
+    )
+
+
+def borrowed_gpus(cluster: LocalCluster, queue: str) -> str:
+    """GPUs ClusterQueue `queue` borrows from its cohort now, from its status ("0" when none)."""
+    status = _json(cluster, "get", f"clusterqueues.{KUEUE_GROUP}", queue).get("status") or {}
+    for flavor in status.get("flavorsUsage") or ():
+        for resource in flavor.get("resources") or ():
+            if resource.get("name") == "nvidia.com/gpu":
+                return str(resource.get("borrowed", 0))
+    return "0"
+
+
+def kueue(demo: Demo) -> None:
+    cluster = demo.cluster
+    say("starting Kueue (a first run builds it) ...")
+    local = Kueue(cluster)
+    demo.kueue = local
+    try:
+        local.start()
+    except (KueueError, ComponentError) as error:
+        first = " ".join(str(error).split())[:300]
+        say(f"kueue: Kueue did not start: {first}; see kueue.log in {shown(cluster.log_dir)}")
+        return
+    names = asyncio.run(add_nodes(cluster.kubeconfig, [KUEUE_NODE]))
+    objects, job = kueue_objects(kueue_recipe(KUEUE_DOC.read_text()))
+    namespaces = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}}
+        for team in (LENDER, BORROWER)
+    ]
+    say(f"Kueue ready; added {names[0]} ({KUEUE_NODE.gpus} GPUs, NVLink domains "
+        f"{KUEUE_NODE.nvlink_domains}) and applied the {shown(KUEUE_DOC)} recipe, its flavor "
+        f"pointed at that node: {LENDER} and {BORROWER} own 4 GPUs each in one cohort, "
+        f"{BORROWER} may borrow 4, {LENDER} takes lent quota back:")  # fmt: skip
+    _apply(demo, "kueue-recipe.yaml", [*namespaces, *objects])
+    if not poll(
+        lambda: demo.stop()
+        or all(
+            any(
+                c.get("type") == "Active" and c.get("status") == "True"
+                for c in (_json(cluster, "get", f"clusterqueues.{KUEUE_GROUP}", q).get("status")
+                          or {}).get("conditions") or ()
+            )
+            for q in (LENDER, BORROWER)
+        ),
+        KUEUE_TIMEOUT_SECONDS,
+    ):  # fmt: skip
+        say(f"kueue: the ClusterQueues did not become Active; see kueue.log in {cluster.log_dir}")
+        return
+    if demo.stop():
+        return
+    total = BORROWING_PODS * BORROWING_GPUS
+    say(f"{BORROWER} submits {BORROWING_JOB}: {BORROWING_PODS} x {BORROWING_GPUS} GPUs = {total}, "
+        f"4 beyond its quota, while {LENDER} is idle:")  # fmt: skip
+    _apply(demo, "kueue-borrow.yaml", [borrowing_job(job)])
+    bound = poll(
+        lambda: demo.stop() or all_bound(cluster, BORROWER, BORROWING_JOB, BORROWING_PODS),
+        KUEUE_TIMEOUT_SECONDS,
+    )
+    if demo.stop():
+        return
+    if not bound:
+        say(f"kueue: {BORROWING_JOB} was not admitted and bound in {KUEUE_TIMEOUT_SECONDS:.0f} s; "
+            f"see kueue.log and gpu-scheduler.log in {cluster.log_dir}")  # fmt: skip
+        return
+    # The ClusterQueue's usage in its status follows the admission by a moment.
+    poll(lambda: demo.stop() or borrowed_gpus(cluster, BORROWER) != "0", 10.0)
+    say(f"kueue: {BORROWING_JOB} admitted to {BORROWER}, borrowing "
+        f"{borrowed_gpus(cluster, BORROWER)} GPUs of {LENDER}'s idle quota; gpu-scheduler bound "
+        f"its {BORROWING_PODS} pods:")  # fmt: skip
+    selector = f"batch.kubernetes.io/job-name={BORROWING_JOB}"
+    say(cluster.kubectl("get", "pods", "-n", BORROWER, "-l", selector, "-o",
+                        f"custom-columns={COLUMNS}").stdout.rstrip())  # fmt: skip
+    count = int(job["spec"]["parallelism"])
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    each = container["resources"]["requests"]["nvidia.com/gpu"]
+    say(f"{LENDER} submits {LENDING_JOB} (the recipe's Job: {count} x {each} GPUs), within its own "
+        "quota, which is lent out:")  # fmt: skip
+    _apply(demo, "kueue-train.yaml", [job])
+    preempted = poll(
+        lambda: (
+            demo.stop()
+            or workload_condition(cluster, BORROWER, BORROWING_JOB, "Preempted").get("status")
+            == "True"
+        ),
+        KUEUE_TIMEOUT_SECONDS,
+    )
+    if demo.stop():
+        return
+    condition = workload_condition(cluster, BORROWER, BORROWING_JOB, "Preempted")
+    if not preempted:
+        say(f"kueue: {BORROWING_JOB} was not preempted in {KUEUE_TIMEOUT_SECONDS:.0f} s; see "
+            f"kueue.log in {cluster.log_dir}")  # fmt: skip
+        return
+    say(f"kueue: {BORROWER}'s {BORROWING_JOB} preempted ({condition.get('reason')}): "
+        f"{condition.get('message')}")  # fmt: skip
+    done = poll(
+        lambda: (
+            demo.stop()
+            or (
+                all_bound(cluster, LENDER, LENDING_JOB, count)
+                and not job_pods(cluster, BORROWER, BORROWING_JOB)
+            )
+        ),
+        KUEUE_TIMEOUT_SECONDS,
+    )
+    if demo.stop():
+        return
+    if not done:
+        say(f"kueue: {LENDING_JOB} was not bound in {KUEUE_TIMEOUT_SECONDS:.0f} s; see "
+            f"gpu-scheduler.log in {cluster.log_dir}")  # fmt: skip
+        return
+    say(f"kueue: {BORROWING_JOB}'s pods are gone; {LENDING_JOB} admitted to {LENDER}, and "
+        f"gpu-scheduler bound its {count} pods, each inside one NVLink domain:")  # fmt: skip
+    selector = f"batch.kubernetes.io/job-name={LENDING_JOB}"
+    say(cluster.kubectl("get", "pods", "-n", LENDER, "-l", selector, "-o",
+                        f"custom-columns={COLUMNS}").stdout.rstrip())  # fmt: skip
+    poll(
+        lambda: (
+            demo.stop()
+            or workload_condition(cluster, BORROWER, BORROWING_JOB, "QuotaReserved").get("status")
+            == "False"
+        ),
+        10.0,
+    )
+    waiting = workload_condition(cluster, BORROWER, BORROWING_JOB, "QuotaReserved")
+    say(f"kueue: {BORROWING_JOB} waits in {BORROWER}'s queue, suspended "
+        f"(QuotaReserved={waiting.get('status')}): {waiting.get('message')}")  # fmt: skip
+    say()
+
+
+KUEUE_STEP = Step(
+    "kueue",
+    f"Kueue lends idle quota and takes it back: {BORROWER} borrows {LENDER}'s idle GPUs, "
+    f"{LENDER} submits, Kueue preempts the borrower, gpu-scheduler places every pod "
+    "NVLink-aware (docs/kueue.md)",
+    kueue,
+)
+
+
 STEPS: tuple[Step, ...] = (
     Step(
         "placement",
@@ -730,12 +996,36 @@ def next_commands(demo: Demo) -> str:
             "-o custom-columns=NAME:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
             "instance-type,GPUS:.status.allocatable.nvidia\\.com/gpu,"
             "NVLINK:.metadata.annotations.gpu-scheduler\\.io/nvlink-domains",
+            *(
+                [
+                    f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get "
+                    "clusterqueues,workloads.kueue.x-k8s.io -A"
+                ]
+                if demo.kueue is not None
+                else []
+            ),
         ]
     )
 
 
+def chosen_steps(kueue: bool, names: str | None) -> list[Step]:
+    """The steps to run: `STEPS`, then `KUEUE_STEP` with --kueue; only those `names` (a comma
+    list) gives, in their order of `STEPS`. CommandError for a name that is not a step."""
+    steps = [*STEPS, KUEUE_STEP] if kueue else list(STEPS)
+    if names is None:
+        return steps
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    known = [step.name for step in steps]
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise CommandError(f"--steps: no step {', '.join(n[:40] for n in unknown[:5])}; the steps "
+                           f"are {', '.join(known)}")  # fmt: skip
+    return [step for step in steps if step.name in wanted]
+
+
 def run(args: argparse.Namespace) -> int:
     specs = load_specs(args.nodes, args.count)
+    steps = chosen_steps(args.kueue, args.steps)
     if not args.no_scheduler:
         specs.append(RECLAIM_NODE)
     shutil.rmtree(args.work_dir, ignore_errors=True)
@@ -765,24 +1055,30 @@ def run(args: argparse.Namespace) -> int:
             f"  scheduler:   {scheduler_url} (log: gpu-scheduler.log)\n"
         )
         demo = Demo(cluster, kubectl, lambda: stop, metrics_url=scheduler_url)
-        if not args.no_scheduler:
-            for number, step in enumerate(STEPS, start=1):
-                if stop:
-                    break
-                say(f"step {number}, {step.name}: {step.explanation}")
-                step.run(demo)
-            say(next_commands(demo) + "\n")
-        say(READY_LINE)
-        while not stop:
-            time.sleep(1)
-            dead = [name for name, alive in cluster.alive().items() if not alive]
-            if dead:
-                print(
-                    f"component(s) exited: {', '.join(dead)}; see {cluster.log_dir}",
-                    file=sys.stderr,
-                )
-                return EXIT_RUNTIME
-        say("\nstopping ...")
+        try:
+            if not args.no_scheduler:
+                for step in steps:
+                    if stop:
+                        break
+                    number = [*STEPS, KUEUE_STEP].index(step) + 1
+                    say(f"step {number}, {step.name}: {step.explanation}")
+                    step.run(demo)
+                say(next_commands(demo) + "\n")
+            say(READY_LINE)
+            while not stop:
+                time.sleep(1)
+                dead = [name for name, alive in cluster.alive().items() if not alive]
+                if dead:
+                    print(
+                        f"component(s) exited: {', '.join(dead)}; see {cluster.log_dir}",
+                        file=sys.stderr,
+                    )
+                    return EXIT_RUNTIME
+            say("\nstopping ...")
+        finally:
+            if demo.kueue is not None:
+                demo.kueue.stop()
+                say("Kueue stopped, its webhook configurations deleted.")
     say("stopped; every component is gone.")
     return 0
 
@@ -801,6 +1097,14 @@ def parser() -> argparse.ArgumentParser:
         "--in-cluster",
         action="store_true",
         help="the scheduler as the shipped Deployment on a real node (root; docs/local-cluster.md)",
+    )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="one more step: Kueue lends a team's idle GPU quota and takes it back (docs/kueue.md)",
+    )
+    parser.add_argument(
+        "--steps", help="comma list of the steps to run (default: all), e.g. --steps kueue"
     )
     return parser
 

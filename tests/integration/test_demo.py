@@ -203,3 +203,6 @@ def test_demo_walks_through_its_steps_and_stops_on_ctrl_c(tmp_path: Path) -> Non
             demo.wait()
     assert demo.returncode == 0, rest
     assert "every component is gone" in rest
+    # Kueue is only started (and built) by --kueue.
+    assert not any("Kueue" in line for line in lines), lines
+    assert not (work_dir / "kueue").exists() and not (work_dir / "logs" / "kueue.log").exists()
