@@ -368,6 +368,10 @@ class QueueConfig:
     unschedulable_flush_seconds: float = field(default=60.0, metadata=_reads(_positive_seconds))
     """Pods in the unschedulable pool longer than this are retried even without a cluster event
     that could help them (kube-scheduler's podMaxInUnschedulablePodsDuration, default 5 min)."""
+    pop_from_backoff: bool = field(default=True, metadata=_reads(_boolean))
+    """When activeQ is empty, try the pod in backoffQ whose backoff ends first instead of waiting
+    (kube-scheduler's SchedulerPopFromBackoffQ, beta and on by default since 1.33); pods backing
+    off after an error still wait their backoff out."""
 
     def __post_init__(self) -> None:
         _check_settings(self)

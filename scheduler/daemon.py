@@ -117,6 +117,7 @@ class Daemon:
             backoff_initial=settings.backoff.initial_seconds,
             backoff_max=settings.backoff.max_seconds,
             unschedulable_flush=settings.queue.unschedulable_flush_seconds,
+            pop_from_backoff=settings.queue.pop_from_backoff,
         )
         identity = settings.leader_election.identity
         self.metrics_registry = CollectorRegistry()

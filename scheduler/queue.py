@@ -11,6 +11,8 @@ The model is kube-scheduler's PriorityQueue. Every pod the queue knows is in exa
   in flight         backoffQ              requeue_backoff (an error); requeue_unschedulable after
                                           a move request or an update of the pod during the cycle
   backoffQ          activeQ               its backoff expired (flush_backoff, pop)
+  backoffQ          in flight             pop with activeQ empty (pop_from_backoff), unless the
+                                          pod backs off after an error
   unschedulable     backoffQ or activeQ   a cluster event (move_all_to_active_or_backoff), an
                                           update, or flush_unschedulable; backoffQ while the
                                           pod's backoff has not expired yet
@@ -29,6 +31,12 @@ backoffQ
     seconds, capped at `backoff_max`, counted from the time they were requeued. `flush_backoff`
     moves the expired ones to activeQ; `pop` calls it too, and a waiting `pop` wakes up when the
     earliest backoff expires, so a pod never waits for a periodic flush to be retried.
+    With `pop_from_backoff` (kube-scheduler's SchedulerPopFromBackoffQ, on by default since
+    1.33), a pop that finds activeQ empty takes the backoffQ pod whose backoff ends first (then
+    higher priority, then key) instead of idling: backoff exists to keep failing pods from
+    crowding out others, and with activeQ empty there are none to crowd out. Pods that back off
+    after an error (`requeue_backoff`) are not taken early, as kube-scheduler keeps them in its
+    separate error backoff queue.
 
 unschedulable pool
     Pods whose filters found no node. Retrying them is pointless until the cluster changes, so
@@ -106,6 +114,9 @@ class QueuedPod(Generic[T]):
     """Why the latest attempt found no node (e.g. "3 Insufficient nvidia.com/gpu")."""
     unschedulable_plugins: frozenset[str] = frozenset()
     """The plugins that rejected the pod in the latest attempt."""
+    error_backoff: bool = False
+    """The latest attempt ended in an error (`requeue_backoff`): its backoff is always waited
+    out, never cut short by `pop_from_backoff`."""
 
 
 @dataclass(slots=True)
@@ -132,6 +143,7 @@ class SchedulingQueue(Generic[T]):
         backoff_initial: float = 1.0,
         backoff_max: float = 10.0,
         unschedulable_flush: float = 60.0,
+        pop_from_backoff: bool = False,
     ) -> None:
         if backoff_initial <= 0 or backoff_max < backoff_initial:
             raise ValueError("need 0 < backoff_initial <= backoff_max")
@@ -141,6 +153,7 @@ class SchedulingQueue(Generic[T]):
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._unschedulable_flush = unschedulable_flush
+        self._pop_from_backoff = pop_from_backoff
         # activeQ: key -> (seq, pod); heap of (-priority, initial_queued_at, key, seq).
         self._active: dict[str, tuple[int, QueuedPod[T]]] = {}
         self._active_heap: list[tuple[int, float, str, int]] = []
@@ -154,6 +167,8 @@ class SchedulingQueue(Generic[T]):
         self._move_request_cycle = -1
         self._wakeup = asyncio.Event()
         self._closed = False
+        self.popped_from_backoff = 0
+        """Pods taken from backoffQ before their backoff ended (`pop_from_backoff`)."""
         self.moves: Counter[str] = Counter()
         """Pods moved out of the unschedulable pool, by cluster event (for metrics)."""
         self.heap_rebuilds: Counter[Pool] = Counter()
@@ -220,7 +235,8 @@ class SchedulingQueue(Generic[T]):
                 pass  # a backoff expired: the next pop_nowait flushes it
 
     def pop_nowait(self) -> QueuedPod[T] | None:
-        """Like `pop`, without waiting: None if activeQ is empty after flushing backoffQ."""
+        """Like `pop`, without waiting: None if activeQ is empty after flushing backoffQ (and,
+        with `pop_from_backoff`, no pod in backoffQ may be taken early)."""
         if self._closed:
             raise QueueClosed
         self.flush_backoff()
@@ -231,11 +247,35 @@ class SchedulingQueue(Generic[T]):
             if entry is None or entry[0] != seq:
                 continue  # stale: the pod left activeQ or was re-sorted
             del self._active[key]
-            self._scheduling_cycle += 1
-            pod = replace(entry[1], attempts=entry[1].attempts + 1, cycle=self._scheduling_cycle)
-            self._in_flight[key] = _Flight(pod, pod.priority, pod.obj)
-            return pod
+            return self._fly(entry[1])
+        if self._pop_from_backoff:
+            early = self._first_in_backoff()
+            if early is not None:
+                del self._backoff[early.key]
+                self.popped_from_backoff += 1
+                return self._fly(early)
         return None
+
+    def _fly(self, pod: QueuedPod[T]) -> QueuedPod[T]:
+        """Start a scheduling cycle for `pod`, taken out of its pool: it is now in flight."""
+        self._scheduling_cycle += 1
+        flying = replace(pod, attempts=pod.attempts + 1, cycle=self._scheduling_cycle)
+        self._in_flight[pod.key] = _Flight(flying, flying.priority, flying.obj)
+        return flying
+
+    def _first_in_backoff(self) -> QueuedPod[T] | None:
+        """The backoffQ pod (not backing off after an error) whose backoff ends first, then of
+        higher priority, then by key; None if there is none. A scan of backoffQ, done only when
+        activeQ is empty."""
+        best: tuple[float, int, str] | None = None
+        found: QueuedPod[T] | None = None
+        for key, (_, pod) in self._backoff.items():
+            if pod.error_backoff:
+                continue
+            rank = (self.backoff_expiry(pod), -pod.priority, key)
+            if best is None or rank < best:
+                best, found = rank, pod
+        return found
 
     def done(self, pod: QueuedPod[T] | str) -> None:
         """The pod's cycle ended without a requeue (it is bound): stop tracking it.
@@ -263,6 +303,7 @@ class SchedulingQueue(Generic[T]):
             self._requeued(flight),
             unschedulable_reasons=tuple(reasons),
             unschedulable_plugins=frozenset(plugins),
+            error_backoff=False,
         )
         if flight.updated or self._move_request_cycle >= flight.pod.cycle:
             self._to_active_or_backoff(requeued)
@@ -274,7 +315,7 @@ class SchedulingQueue(Generic[T]):
         backoff. A no-op if the pod was deleted while in flight."""
         flight = self._land(pod)
         if flight is not None:
-            self._push_backoff(self._requeued(flight))
+            self._push_backoff(replace(self._requeued(flight), error_backoff=True))
 
     # ----------------------------------------------------------------------------------------
     # Moves.
@@ -484,10 +525,7 @@ class SchedulingQueue(Generic[T]):
             pod = self._remove_queued(key)
             if pod is None:
                 continue
-            self._scheduling_cycle += 1
-            pod = replace(pod, attempts=pod.attempts + 1, cycle=self._scheduling_cycle)
-            self._in_flight[key] = _Flight(pod, pod.priority, pod.obj)
-            taken.append(pod)
+            taken.append(self._fly(pod))
         return taken
 
     def oldest_queued_at(self) -> float | None:

@@ -49,7 +49,7 @@ FULL: dict[str, Any] = {
     },
     "binding": {"concurrency": 4, "timeoutSeconds": 12.5, "qps": 75.0, "burst": 150},
     "backoff": {"initialSeconds": 0.5, "maxSeconds": 30.0},
-    "queue": {"unschedulableFlushSeconds": 300.0},
+    "queue": {"unschedulableFlushSeconds": 300.0, "popFromBackoff": False},
     "leaderElection": {
         "enabled": False,
         "leaseName": "gpu-scheduler-b",
@@ -165,6 +165,7 @@ def test_full_file_round_trip(tmp_path: Path) -> None:
     assert config.binding == BindingConfig(4, 12.5, 75.0, 150)
     assert config.backoff == BackoffConfig(0.5, 30.0)
     assert config.queue.unschedulable_flush_seconds == 300.0
+    assert config.queue.pop_from_backoff is False
     assert config.leader_election == LeaderElectionConfig(
         False, "gpu-scheduler-b", "gpu-system", 30, 20.0, 4.0, "replica-1"
     )

@@ -25,8 +25,18 @@ class FakeClock:
         self.now += seconds
 
 
-def make_queue(clock: FakeClock, **kwargs: float) -> SchedulingQueue[str]:
-    return SchedulingQueue[str](clock=clock, **kwargs)
+def make_queue(
+    clock: FakeClock,
+    backoff_initial: float = 1.0,
+    backoff_max: float = 10.0,
+    unschedulable_flush: float = 60.0,
+) -> SchedulingQueue[str]:
+    return SchedulingQueue[str](
+        clock=clock,
+        backoff_initial=backoff_initial,
+        backoff_max=backoff_max,
+        unschedulable_flush=unschedulable_flush,
+    )
 
 
 def pop(queue: SchedulingQueue[str]) -> QueuedPod[str]:
