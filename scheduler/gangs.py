@@ -188,6 +188,8 @@ class GangTracker:
         self._declared: dict[str, dict[str, int | FieldError]] = {}
         """Kueue gang key -> pod key -> the total count it declares (or its error), for its
         pods not deleted; the gang's record in `groups` is made from it."""
+        self._declared_in: dict[str, str] = {}
+        """Pod key -> the Kueue gang key it declares a count in."""
         self._gated: dict[str, set[str]] = {}
         """Kueue gang key -> keys of its existing pods that still have scheduling gates."""
 
@@ -205,6 +207,9 @@ class GangTracker:
         if gang and pod.bound:
             self._bound_once.setdefault(gang, set()).add(pod.key)
         kueue = bool(gang) and is_kueue_gang(gang)
+        before = self._declared_in.get(pod.key)
+        if before is not None and before != gang:  # relabelled into another group, or out
+            self._declare(before, pod.key, None)
         if kueue:
             self._declare(gang, pod.key, member_count(pod))
         if not gang or pod.finished or pod.terminating:
@@ -220,8 +225,9 @@ class GangTracker:
         """The pod (of gang `gang`, when known) was deleted."""
         self.held.discard(key)
         self._forget(key)
-        if gang and is_kueue_gang(gang):
-            self._declare(gang, key, None)
+        before = self._declared_in.get(key)
+        if before is not None:
+            self._declare(before, key, None)
         bound = self._bound_once.get(gang)
         if bound is not None:
             bound.discard(key)
@@ -254,8 +260,12 @@ class GangTracker:
         declared = self._declared.setdefault(gang, {})
         if value is None:
             declared.pop(key, None)
+            self._declared_in.pop(key, None)
+        elif declared.get(key) == value:
+            return  # unchanged (a status update): the record stands
         else:
             declared[key] = value
+            self._declared_in[key] = gang
         if not declared:
             del self._declared[gang]
             self.groups.pop(gang, None)

@@ -21,6 +21,7 @@ scheduling.k8s.io/v1beta1 PodGroup and the scheduler-plugins coscheduling label:
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
@@ -72,23 +73,29 @@ def member_count(pod: PodInfo) -> int | FieldError:
 
 def group_problems(declared: Mapping[str, int | FieldError]) -> tuple[int, tuple[FieldError, ...]]:
     """The group's total count and its problems, from what each member declares (pod key ->
-    count or error). Problems name the pods (at most `MAX_PROBLEMS`, by pod key); with any
-    problem the count returned is 1."""
-    problems: list[FieldError] = []
-    counts: dict[int, str] = {}
-    for key in sorted(declared):
-        value = declared[key]
-        pod = clip(key.partition("/")[2])
+    count or error). Problems name the pods (at most `MAX_PROBLEMS`, the first by pod key); with
+    any problem the count returned is 1. Linear in the members (called on their changes)."""
+    bad: list[tuple[str, FieldError]] = []
+    first_of: dict[int, str] = {}
+    """Count -> the first pod key (in key order) declaring it."""
+    for key, value in declared.items():
         if isinstance(value, FieldError):
-            problems.append(FieldError(f"pod {pod} {value.field}", value.message))
-        else:
-            counts.setdefault(value, pod)
-    if len(counts) > 1:
-        said = ", ".join(f"pod {pod} says {count}" for count, pod in sorted(counts.items())[:3])
+            bad.append((key, value))
+        elif value not in first_of or key < first_of[value]:
+            first_of[value] = key
+    problems = [
+        FieldError(f"pod {clip(key.partition('/')[2])} {error.field}", error.message)
+        for key, error in heapq.nsmallest(MAX_PROBLEMS, bad, key=lambda item: item[0])
+    ]
+    if len(first_of) > 1:
+        said = ", ".join(
+            f"pod {clip(key.partition('/')[2])} says {count}"
+            for count, key in sorted(first_of.items())[:MAX_PROBLEMS]
+        )
         problems.append(FieldError(TOTAL_COUNT_FIELD, f"the group's pods disagree: {said}"))
-    if problems or not counts:
+    if problems or not first_of:
         return 1, tuple(problems[:MAX_PROBLEMS])
-    (count,) = counts
+    (count,) = first_of
     return count, ()
 
 

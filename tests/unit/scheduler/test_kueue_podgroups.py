@@ -133,6 +133,20 @@ def test_the_record_comes_from_the_members_and_goes_with_the_last() -> None:
     assert GANG not in tracker.groups
 
 
+def test_a_pod_relabelled_out_of_a_group_no_longer_declares_its_count() -> None:
+    tracker = GangTracker()
+    tracker.pod_seen(parse_pod(kueue_member("a", count="2")), pending=True)
+    tracker.pod_seen(parse_pod(kueue_member("b", count="bad")), pending=True)
+    assert tracker.groups[GANG].errors
+    tracker.pod_seen(parse_pod(kueue_member("b", count="bad", group="other")), pending=True)
+    assert tracker.groups[GANG].errors == ()
+    assert tracker.groups["default/kueue.x-k8s.io/other"].errors
+    tracker.pod_seen(parse_pod(make_pod("b")), pending=True)  # label removed
+    assert "default/kueue.x-k8s.io/other" not in tracker.groups
+    tracker.pod_gone("default/a")
+    assert tracker.groups == {}
+
+
 def test_gated_members_do_not_count_until_kueue_ungates_them() -> None:
     tracker = GangTracker()
     for name in ("a", "b"):
