@@ -71,6 +71,7 @@ from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.kube.podgroups import list_pod_groups
+from scheduler.kueue_podgroups import InvalidGroupReporter
 from scheduler.namespaces import NamespaceLabels
 from scheduler.objects import PodInfo
 from scheduler.plugins.gang_reclaim import GangReclaimer
@@ -180,7 +181,7 @@ class Daemon:
             self.scheduler.pod_gone,
             self.scheduler.pod_gated,
             gangs=self.gangs,
-            gang_waiting=self.scheduler.pod_waiting,
+            gang_waiting=InvalidGroupReporter(self.recorder, self.scheduler.pod_waiting),
         )
         self.podgroups = Informer(
             "podgroups",

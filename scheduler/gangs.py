@@ -17,7 +17,9 @@ PodGroup says how the gang is scheduled:
 `GangTracker` is PreEnqueue's bookkeeping (pure, no API calls): the PodGroups seen, which pods
 exist per gang (pending or bound, any scheduler) and which of our pending pods belong to each.
 `waiting(gang)` is "" once the PodGroup exists, is valid and at least minCount of its pods
-exist; otherwise the message the held pods show.
+exist; otherwise the message the held pods show. A Kueue pod group (`scheduler.kueue_podgroups`)
+has no object: its record is made from what its pods declare, and it waits until minCount of
+its pods exist without scheduling gates.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.kube.podgroups import CONDITION_TYPE as SCHEDULED_CONDITION
+from scheduler.kueue_podgroups import (
+    KUEUE_SOURCE,
+    group_name,
+    group_problems,
+    is_kueue_gang,
+    member_count,
+)
 from scheduler.objects import COSCHEDULING_PREFIX, FieldError, PodInfo
 from topology.text import clip, quote
 
@@ -58,7 +67,7 @@ class PodGroupInfo:
     """status.conditions[PodGroupInitiallyScheduled] as (status, reason, message), if any."""
     errors: tuple[FieldError, ...] = ()
     source: str = "scheduling.k8s.io/v1beta1"
-    """The API the group comes from: this one or `COSCHEDULING_SOURCE`."""
+    """The API the group comes from: this one, `COSCHEDULING_SOURCE` or `KUEUE_SOURCE`."""
     schedule_timeout_seconds: int | None = None
     """scheduler-plugins' spec.scheduleTimeoutSeconds: for information only (not enforced)."""
 
@@ -176,6 +185,13 @@ class GangTracker:
         self.held: set[str] = set()
         """Keys of our pending members held back by PreEnqueue (not queued), until their gang
         may run; kept by the pod handler and the gang cycle, cleared when the pod goes."""
+        self._declared: dict[str, dict[str, int | FieldError]] = {}
+        """Kueue gang key -> pod key -> the total count it declares (or its error), for its
+        pods not deleted; the gang's record in `groups` is made from it."""
+        self._declared_in: dict[str, str] = {}
+        """Pod key -> the Kueue gang key it declares a count in."""
+        self._gated: dict[str, set[str]] = {}
+        """Kueue gang key -> keys of its existing pods that still have scheduling gates."""
 
     def set_group(self, group: PodGroupInfo) -> None:
         self.groups[group.key] = group
@@ -190,10 +206,18 @@ class GangTracker:
         gang = gang_key(pod)
         if gang and pod.bound:
             self._bound_once.setdefault(gang, set()).add(pod.key)
+        kueue = bool(gang) and is_kueue_gang(gang)
+        before = self._declared_in.get(pod.key)
+        if before is not None and before != gang:  # relabelled into another group, or out
+            self._declare(before, pod.key, None)
+        if kueue:
+            self._declare(gang, pod.key, member_count(pod))
         if not gang or pod.finished or pod.terminating:
             return
         self._gang_of[pod.key] = gang
         self._existing.setdefault(gang, set()).add(pod.key)
+        if kueue and pod.scheduling_gates:
+            self._gated.setdefault(gang, set()).add(pod.key)
         if pending:
             self._pending.setdefault(gang, {})[pod.key] = pod
 
@@ -201,6 +225,9 @@ class GangTracker:
         """The pod (of gang `gang`, when known) was deleted."""
         self.held.discard(key)
         self._forget(key)
+        before = self._declared_in.get(key)
+        if before is not None:
+            self._declare(before, key, None)
         bound = self._bound_once.get(gang)
         if bound is not None:
             bound.discard(key)
@@ -221,6 +248,43 @@ class GangTracker:
             pending.pop(key, None)
             if not pending:
                 del self._pending[gang]
+        gated = self._gated.get(gang)
+        if gated is not None:
+            gated.discard(key)
+            if not gated:
+                del self._gated[gang]
+
+    def _declare(self, gang: str, key: str, value: int | FieldError | None) -> None:
+        """Record what pod `key` of Kueue gang `gang` declares (None: it was deleted) and
+        remake the gang's record; the record goes with the last pod."""
+        declared = self._declared.setdefault(gang, {})
+        if value is None:
+            declared.pop(key, None)
+            self._declared_in.pop(key, None)
+        elif declared.get(key) == value:
+            return  # unchanged (a status update): the record stands
+        else:
+            declared[key] = value
+            self._declared_in[key] = gang
+        if not declared:
+            del self._declared[gang]
+            self.groups.pop(gang, None)
+            return
+        count, errors = group_problems(declared)
+        old = self.groups.get(gang)
+        if old is not None and old.min_count == count and old.errors == errors:
+            return
+        namespace = gang.partition("/")[0]
+        self.groups[gang] = PodGroupInfo(
+            key=gang,
+            namespace=namespace,
+            name=group_name(gang),
+            uid="",
+            gang=True,
+            min_count=count,
+            errors=errors,
+            source=KUEUE_SOURCE,
+        )
 
     def members(self, gang: str) -> set[str]:
         """Keys of the gang's pods that exist (pending or bound, not finished)."""
@@ -241,6 +305,8 @@ class GangTracker:
         name = gang.partition("/")[2]
         if group is None:
             return f"waiting for PodGroup {clip(name)}: it does not exist"
+        if group.source == KUEUE_SOURCE:
+            return self._kueue_waiting(gang, group)
         if group.errors:
             return f"waiting for PodGroup {clip(name)}: it is invalid: " + "; ".join(
                 str(e) for e in group.errors[:3]
@@ -250,6 +316,23 @@ class GangTracker:
             return (
                 f"waiting for PodGroup {clip(name)}: {count} of minCount {group.min_count} "
                 "pods exist"
+            )
+        return ""
+
+    def _kueue_waiting(self, gang: str, group: PodGroupInfo) -> str:
+        """`waiting` for a Kueue pod group: its pods declare it, and it may run once Kueue
+        admitted it, i.e. minCount of its pods exist without scheduling gates."""
+        name = clip(group.name)
+        if group.errors:
+            return f"waiting for Kueue pod group {name}: it is invalid: " + "; ".join(
+                str(e) for e in group.errors
+            )
+        existing = self._existing.get(gang, set())
+        ungated = len(existing - self._gated.get(gang, set()))
+        if ungated < group.min_count:
+            return (
+                f"waiting for Kueue pod group {name}: {ungated} of its total count "
+                f"{group.min_count} pods exist without scheduling gates (admitted)"
             )
         return ""
 

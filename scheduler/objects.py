@@ -525,6 +525,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     pod_group = coscheduling_pod_group(
         f"{namespace}/{name}", pod_group, _string_map(metadata.get("labels"))
     )
+    pod_group = kueue_pod_group(pod_group, _string_map(metadata.get("labels")))
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -736,3 +737,21 @@ def coscheduling_pod_group(key: str, pod_group: str, labels: Mapping[str, str]) 
             )
         return pod_group
     return f"{COSCHEDULING_PREFIX}{name}"
+
+
+# -- Kueue pod groups ---------------------------------------------------------------------------
+
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+"""The pod label naming a Kueue pod group (plain pods admitted together as one Workload)."""
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+"""Prefix of `PodInfo.pod_group` for a pod of a Kueue pod group: its gang key
+("ns/kueue.x-k8s.io/name") never equals a PodGroup's ("ns/name") nor a coscheduling one's."""
+
+
+def kueue_pod_group(pod_group: str, labels: Mapping[str, str]) -> str:
+    """`PodInfo.pod_group` given the group found so far (spec.schedulingGroup or the
+    coscheduling label, which win) and the pod's labels: the Kueue group's name, prefixed."""
+    if pod_group:
+        return pod_group
+    name = labels.get(KUEUE_GROUP_LABEL, "")
+    return f"{KUEUE_PREFIX}{name}" if name else ""

@@ -19,10 +19,15 @@ outside the repository). What differs from an in-cluster install, and why:
   folder `METRICS_CERT_DIR` at start even when its metrics server is off (it is off here). `start`
   writes a self-signed pair there when none is present (root is needed for /etc; the error says
   what to run otherwise) and never replaces one.
-- Webhooks: only those of the enabled integration (batch/v1 Job) and of Kueue's own API are
+- Integrations: batch/v1 Job and plain Pods (`pod`: pods labelled with a queue name are gated
+  until admitted; `kueue.x-k8s.io/pod-group-name` makes a group of them one Workload).
+  TopologyAwareScheduling is a beta feature gate, on by default in v0.17.0.
+- Webhooks: only those of the enabled integrations (Jobs, Pods) and of Kueue's own API are
   registered; the others would point at paths nothing serves and, with failurePolicy Fail, refuse
-  every Deployment or Pod. For the same reason `stop` deletes the webhook configurations BEFORE it
-  stops the process: else every later Job create in the cluster fails.
+  every Deployment or StatefulSet. The Pod webhooks skip `SYSTEM_NAMESPACES` (a namespaceSelector,
+  as Kueue's own install does), so a Kueue that is down cannot block the system pods. For the same
+  reason `stop` deletes the webhook configurations BEFORE it stops the process: else every later
+  Job or Pod create in the cluster fails.
 - The CRDs are applied server-side (the Workload CRD is 1.4 MB, beyond a client-side apply's
   last-applied annotation) and stay installed after `stop`.
 - VisibilityOnDemand (an aggregated API server) is off.
@@ -37,6 +42,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +56,22 @@ from hack.localcluster.processes import Component
 
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 NAMESPACE = "kueue-system"
-WEBHOOK_GROUPS = frozenset({"kueue.x-k8s.io", "batch"})
-"""API groups whose webhooks are registered: Kueue's own and batch (the Job integration)."""
+WEBHOOK_GROUPS = frozenset({"kueue.x-k8s.io", "batch", ""})
+"""API groups whose webhooks are registered: Kueue's own, batch (the Job integration) and the core
+group, of which only `pods` (the Pod integration; `CORE_RESOURCES`)."""
+CORE_RESOURCES = frozenset({"pods"})
+"""Resources of the core API group whose webhooks are registered."""
+SYSTEM_NAMESPACES = ("kube-system", NAMESPACE)
+"""Namespaces the Pod webhooks never see (namespaceSelector on kubernetes.io/metadata.name)."""
 WEBHOOK_CONFIGURATIONS = {
     "MutatingWebhookConfiguration": "local-kueue-mutating",
     "ValidatingWebhookConfiguration": "local-kueue-validating",
 }
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue's Pod webhook puts on a queued pod until its Workload is admitted."""
+FRAMEWORKS = ("batch/job", "pod")
+"""Kueue's enabled integrations (Configuration integrations.frameworks)."""
 READY_TIMEOUT_S = 90.0
 
 
@@ -120,9 +135,32 @@ def ensure_metrics_certs(pki: Pki, folder: Path = METRICS_CERT_DIR) -> None:
         ) from error
 
 
+def _registered(webhook: dict[str, Any]) -> bool:
+    """Whether every rule of `webhook` is about `WEBHOOK_GROUPS` (and, in the core group, only
+    about `CORE_RESOURCES`)."""
+    rules = webhook.get("rules") or ()
+    if not rules:
+        return False
+    for rule in rules:
+        groups = set(rule.get("apiGroups") or ())
+        if not groups or not groups <= WEBHOOK_GROUPS:
+            return False
+        if "" in groups and not set(rule.get("resources") or ()) <= CORE_RESOURCES:
+            return False
+    return True
+
+
+def _covers_pods(webhook: dict[str, Any]) -> bool:
+    return any(
+        "" in (rule.get("apiGroups") or ()) and "pods" in (rule.get("resources") or ())
+        for rule in webhook.get("rules") or ()
+    )
+
+
 def local_webhooks(definitions: Path, base_url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
     """Kueue's webhook configurations from `definitions`, reduced to `WEBHOOK_GROUPS` and pointed
-    at `base_url` + each webhook's path, trusting `ca_bundle` (PEM)."""
+    at `base_url` + each webhook's path, trusting `ca_bundle` (PEM); the Pod webhooks skip
+    `SYSTEM_NAMESPACES`."""
     bundle = base64.b64encode(ca_bundle).decode()
     configurations = []
     for document in yaml.safe_load_all(definitions.read_text()):
@@ -130,11 +168,20 @@ def local_webhooks(definitions: Path, base_url: str, ca_bundle: bytes) -> list[d
             continue
         webhooks = []
         for webhook in document.get("webhooks") or ():
-            groups = {g for rule in webhook.get("rules") or () for g in rule.get("apiGroups", ())}
-            if not groups or not groups <= WEBHOOK_GROUPS:
+            if not _registered(webhook):
                 continue
             path = webhook["clientConfig"]["service"]["path"]
             webhook["clientConfig"] = {"url": f"{base_url}{path}", "caBundle": bundle}
+            if _covers_pods(webhook):
+                webhook["namespaceSelector"] = {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": list(SYSTEM_NAMESPACES),
+                        }
+                    ]
+                }
             webhooks.append(webhook)
         kind = document["kind"]
         configurations.append(
@@ -162,7 +209,7 @@ def configuration(webhook_port: int, health_port: int, cert_dir: Path) -> dict[s
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 100, "burst": 200},
-        "integrations": {"frameworks": ["batch/job"]},
+        "integrations": {"frameworks": list(FRAMEWORKS)},
         "featureGates": {"VisibilityOnDemand": False},
     }
 
@@ -185,9 +232,9 @@ class Kueue:
 
     def start(self) -> None:
         """Build if needed, install the CRDs, start the process and register its webhooks; returns
-        once a Job labelled with a queue name comes back suspended from a server-side dry run
-        (the mutating webhook answers). Raises KueueError or ComponentError, after undoing what
-        it did."""
+        once a Job labelled with a queue name comes back suspended, and such a Pod gated, from a
+        server-side dry run (the mutating webhooks answer). Raises KueueError or ComponentError,
+        after undoing what it did."""
         cluster = self.cluster
         assert cluster.pki is not None, "start the cluster first"
         assert self.component is None, "Kueue is already running"
@@ -252,39 +299,55 @@ class Kueue:
         self._kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
 
     def _wait_webhooks_answer(self) -> None:
-        """Dry-run a queued Job until the mutating webhook suspends it: the API server picks up a
-        new webhook configuration asynchronously."""
-        probe = {
+        """Dry-run a queued Job and a queued Pod until the mutating webhooks suspend the one and
+        gate the other: the API server picks up a new webhook configuration asynchronously."""
+        container = {"name": "main", "image": "example.invalid/probe:1"}
+        job = {
             "apiVersion": "batch/v1",
             "kind": "Job",
             "metadata": {"name": "kueue-webhook-probe", "labels": {QUEUE_LABEL: "probe"}},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "main", "image": "example.invalid/probe:1"}],
-                    }
-                }
-            },
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
         }
-        path = self.folder / "webhook-probe.yaml"
-        path.write_text(yaml.safe_dump(probe))
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "kueue-webhook-probe", "labels": {QUEUE_LABEL: "probe"}},
+            "spec": {"containers": [container]},
+        }
+
+        def suspended(body: dict[str, Any]) -> bool:
+            return bool(body["spec"].get("suspend"))
+
+        def gated(body: dict[str, Any]) -> bool:
+            gates = body["spec"].get("schedulingGates") or ()
+            return any(g.get("name") == ADMISSION_GATE for g in gates)
+
         deadline = time.monotonic() + READY_TIMEOUT_S
-        last = ""
-        while time.monotonic() < deadline:
-            result = self.cluster.kubectl(
-                "create",
-                "--dry-run=server",
-                "-n",
-                "default",
-                "-o",
-                "json",
-                "-f",
-                str(path),
-                check=False,
-            )
-            if result.returncode == 0 and json.loads(result.stdout)["spec"].get("suspend"):
-                return
-            last = result.stderr.strip() or "the Job came back not suspended"
-            time.sleep(0.5)
-        raise KueueError(f"Kueue's webhooks did not answer within {READY_TIMEOUT_S:.0f} s: {last}")
+        probes: list[tuple[dict[str, Any], Callable[[dict[str, Any]], bool]]] = [
+            (job, suspended),
+            (pod, gated),
+        ]
+        for probe, answered in probes:
+            path = self.folder / f"webhook-probe-{str(probe['kind']).lower()}.yaml"
+            path.write_text(yaml.safe_dump(probe))
+            last = ""
+            while True:
+                result = self.cluster.kubectl(
+                    "create",
+                    "--dry-run=server",
+                    "-n",
+                    "default",
+                    "-o",
+                    "json",
+                    "-f",
+                    str(path),
+                    check=False,
+                )
+                if result.returncode == 0 and answered(json.loads(result.stdout)):
+                    break
+                last = result.stderr.strip() or f"the {probe['kind']} came back unchanged"
+                if time.monotonic() >= deadline:
+                    raise KueueError(
+                        f"Kueue's webhooks did not answer within {READY_TIMEOUT_S:.0f} s: {last}"
+                    )
+                time.sleep(0.5)

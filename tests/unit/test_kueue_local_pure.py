@@ -19,14 +19,14 @@ from hack.localcluster.kueue import (
 from hack.localcluster.pki import write_pki
 
 
-def _webhook(name: str, group: str, path: str) -> dict[str, object]:
+def _webhook(name: str, group: str, path: str, resource: str = "things") -> dict[str, object]:
     return {
         "name": name,
         "clientConfig": {
             "service": {"name": "webhook-service", "namespace": "system", "path": path}
         },
         "failurePolicy": "Fail",
-        "rules": [{"apiGroups": [group], "resources": ["things"], "operations": ["CREATE"]}],
+        "rules": [{"apiGroups": [group], "resources": [resource], "operations": ["CREATE"]}],
     }
 
 
@@ -38,7 +38,8 @@ def _definitions(tmp_path: Path) -> Path:
             "metadata": {"name": "from-the-module"},
             "webhooks": [
                 _webhook("job", "batch", "/job"),
-                _webhook("pod", "", "/pod"),
+                _webhook("pod", "", "/pod", "pods"),
+                _webhook("service", "", "/service", "services"),
                 _webhook("deployment", "apps", "/deployment"),
                 _webhook("queue", "kueue.x-k8s.io", "/queue"),
             ],
@@ -50,17 +51,29 @@ def _definitions(tmp_path: Path) -> Path:
     return path
 
 
-def test_only_kueue_and_job_webhooks_are_registered_by_url_with_the_ca(tmp_path: Path) -> None:
+def test_only_kueue_job_and_pod_webhooks_are_registered_by_url_with_the_ca(
+    tmp_path: Path,
+) -> None:
     configurations = local_webhooks(_definitions(tmp_path), "https://127.0.0.1:9443", b"PEM")
     assert [c["metadata"]["name"] for c in configurations] == list(WEBHOOK_CONFIGURATIONS.values())
     for config in configurations:
-        assert [w["name"] for w in config["webhooks"]] == ["job", "queue"]
-        job = config["webhooks"][0]
+        assert [w["name"] for w in config["webhooks"]] == ["job", "pod", "queue"]
+        job, pod, queue = config["webhooks"]
         assert job["clientConfig"] == {
             "url": "https://127.0.0.1:9443/job",
             "caBundle": base64.b64encode(b"PEM").decode(),
         }
         assert job["failurePolicy"] == "Fail"
+        assert pod["clientConfig"]["url"] == "https://127.0.0.1:9443/pod"
+        # Only the Pod webhooks skip the system namespaces: a Kueue that is down must not
+        # refuse the pods of kube-system or its own namespace.
+        (expression,) = pod["namespaceSelector"]["matchExpressions"]
+        assert expression == {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "kueue-system"],
+        }
+        assert "namespaceSelector" not in job and "namespaceSelector" not in queue
 
 
 def test_definitions_without_a_validating_configuration_are_an_error(tmp_path: Path) -> None:
@@ -81,7 +94,7 @@ def test_configuration_serves_on_loopback_without_internal_certs(tmp_path: Path)
     assert config["internalCertManagement"] == {"enable": False}
     assert config["health"]["healthProbeBindAddress"] == "127.0.0.1:8081"
     assert config["featureGates"] == {"VisibilityOnDemand": False}
-    assert config["integrations"]["frameworks"] == ["batch/job"]
+    assert config["integrations"]["frameworks"] == ["batch/job", "pod"]
 
 
 def test_the_metrics_key_pair_is_written_once_and_kept(tmp_path: Path) -> None:
