@@ -74,9 +74,10 @@ class Reclaim:
         custom = client.CustomObjectsApi(self.scene.api_client)
         return await _get(custom, "workloads", self.scene.namespace, name)
 
-    async def notes(self, name: str, reason: str) -> list[str]:
+    async def notes(self, name: str, reason: str) -> list[str] | None:
+        """None while there are none (see `test_reclaim.notes`)."""
         events = await pod_events(self.scene.api_client, self.scene.namespace, name)
-        return [e["note"] for e in events if e["reason"] == reason]
+        return [e["note"] for e in events if e["reason"] == reason] or None
 
     async def idle_holder_and_pending_b(self, usage: str) -> tuple[dict[str, Any], str]:
         """Team A's Job "holder" (8 GPUs, scripted `usage`) Running with a full window of

@@ -178,7 +178,7 @@ async def test_idle_pods_are_taken_before_busy_lower_priority_pods(
     assert await pod_gone(core_api, namespace, "notebook")
     assert not await pod_gone(core_api, namespace, "busy")
     assert outcomes == {}  # the second step never ran
-    assert await notes(core_api, namespace, "busy", "Preempted") == []
+    assert await notes(core_api, namespace, "busy", "Preempted") is None
 
 
 async def test_preemption_policy_never_never_preempts(
@@ -201,9 +201,9 @@ async def test_preemption_policy_never_never_preempts(
     assert (await pod_json(core_api, namespace, "preemptor"))["spec"].get("nodeName") is None
 
 
-async def _with(core: client.CoreV1Api, namespace: str, ending: str) -> list[str]:
-    found = await notes(core, namespace, "preemptor", "FailedScheduling")
-    return [n for n in found if n.endswith(ending)]
+async def _with(core: client.CoreV1Api, namespace: str, ending: str) -> list[str] | None:
+    found = await notes(core, namespace, "preemptor", "FailedScheduling") or []
+    return [n for n in found if n.endswith(ending)] or None
 
 
 async def test_setting_off_never_preempts(

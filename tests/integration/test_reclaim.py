@@ -146,12 +146,15 @@ async def samples_for(prometheus_url: str, namespace: str, pods: list[str]) -> N
     await eventually(full, timeout=WINDOW_S * 6, what="a full window of samples")
 
 
-async def notes(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str]:
-    return [
+async def notes(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str] | None:
+    """The notes of `name`'s events of `reason`; None when there are none yet, so that
+    `eventually(lambda: notes(...))` waits for the first one (an empty list would end it)."""
+    found = [
         e["note"]
         for e in await pod_events(core.api_client, namespace, name)
         if e["reason"] == reason
     ]
+    return found or None
 
 
 async def attempt_finished(daemon: Daemon) -> bool:
