@@ -1,7 +1,8 @@
 """gpu-scheduler against kube-scheduler on one real control plane, beside a bare binding loop.
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
-        [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--settle-seconds 15]
+        [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--tree LABEL:PATH]
+        [--settle-seconds 15]
         [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
@@ -126,6 +127,9 @@ class Options:
     """Whether the burst mode (all pods at once) runs."""
     variants: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     """Extra gpu-scheduler runs: (label, configuration overrides merged into its config file)."""
+    trees: tuple[tuple[str, str], ...] = ()
+    """Extra gpu-scheduler runs from other checkouts of the repository: (label, path), default
+    settings; e.g. the tree before a change, measured side by side with the current one."""
     profile: str = ""
     """When set, one more gpu-scheduler run (default settings, burst mode only, label
     "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
@@ -608,10 +612,13 @@ def start_gpu_scheduler(
     scheduler_name: str,
     overrides: Mapping[str, Any] | None = None,
     profile: str = "",
+    tree: str = "",
 ) -> Component:
     """`python -m scheduler.cli run` as a component of the cluster (so its teardown covers it),
     leader election off, `overrides` merged into its configuration, under cProfile writing
-    `profile` when given (at its graceful stop); returns once its caches have synced."""
+    `profile` when given (at its graceful stop), from the checkout at `tree` when given (else
+    this one); returns once its caches have synced."""
+    root = os.path.abspath(tree) if tree else str(REPO_ROOT)
     port = free_port()
     config = cluster.work_dir / f"{scheduler_name}-bench.yaml"
     base = {
@@ -629,8 +636,8 @@ def start_gpu_scheduler(
         f"--config={config}",
         f"--kubeconfig={cluster.kubeconfig}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "POD_NAME": scheduler_name}
-    component = cluster.processes.start(scheduler_name, argv, env=env, cwd=REPO_ROOT)
+    env = {**os.environ, "PYTHONPATH": root, "POD_NAME": scheduler_name}
+    component = cluster.processes.start(scheduler_name, argv, env=env, cwd=root)
     cluster.processes.wait_ready(
         component, lambda: _ready(f"http://127.0.0.1:{port}/readyz"), READY_TIMEOUT_S
     )
@@ -657,9 +664,13 @@ async def side_by_side(
     capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
     results: list[RunResult] = []
     for mode_index, rate in enumerate(options.modes()):
-        gpu_runs: list[tuple[str, Mapping[str, Any]]] = [("gpu-scheduler", {}), *options.variants]
+        gpu_runs: list[tuple[str, Mapping[str, Any], str]] = [
+            ("gpu-scheduler", {}, ""),
+            *((label, overrides, "") for label, overrides in options.variants),
+            *((label, {}, tree) for label, tree in options.trees),
+        ]
         if options.profile and rate is None:
-            gpu_runs.append(("cprofile", {}))
+            gpu_runs.append(("cprofile", {}, ""))
         tag = f"m{mode_index}"
         plan = plan_bindings(sizes, capacity)
         results.append(
@@ -675,9 +686,11 @@ async def side_by_side(
                 slug=f"ceiling-{tag}",
             )
         )
-        for run_index, (label, overrides) in enumerate(gpu_runs):
+        for run_index, (label, overrides, tree) in enumerate(gpu_runs):
             profile = options.profile if label == "cprofile" else ""
-            component = start_gpu_scheduler(cluster, options.gpu_scheduler_name, overrides, profile)
+            component = start_gpu_scheduler(
+                cluster, options.gpu_scheduler_name, overrides, profile, tree
+            )
             try:
                 meter = ProcessMeter(component.process.pid)
                 results.append(
@@ -835,6 +848,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LABEL:KEY=VALUE,...",
         help="one more gpu-scheduler run with these settings (repeatable)",
     )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL:PATH",
+        help="one more gpu-scheduler run from the checkout at PATH, e.g. the tree before a "
+        "change (repeatable)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
@@ -853,6 +874,7 @@ def main(argv: list[str] | None = None) -> int:
         rates=tuple(float(r) for r in args.rate.split(",") if r.strip()),
         burst=not args.no_burst,
         profile=args.profile,
+        trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
             (label, overrides_of(text))
             for label, _, text in (v.partition(":") for v in args.variant)
