@@ -68,6 +68,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -618,7 +619,7 @@ def start_gpu_scheduler(
     leader election off, `overrides` merged into its configuration, under cProfile writing
     `profile` when given (at its graceful stop), from the checkout at `tree` when given (else
     this one); returns once its caches have synced."""
-    root = os.path.abspath(tree) if tree else str(REPO_ROOT)
+    root = Path(tree).resolve() if tree else REPO_ROOT
     port = free_port()
     config = cluster.work_dir / f"{scheduler_name}-bench.yaml"
     base = {
@@ -636,7 +637,7 @@ def start_gpu_scheduler(
         f"--config={config}",
         f"--kubeconfig={cluster.kubeconfig}",
     ]
-    env = {**os.environ, "PYTHONPATH": root, "POD_NAME": scheduler_name}
+    env = {**os.environ, "PYTHONPATH": str(root), "POD_NAME": scheduler_name}
     component = cluster.processes.start(scheduler_name, argv, env=env, cwd=root)
     cluster.processes.wait_ready(
         component, lambda: _ready(f"http://127.0.0.1:{port}/readyz"), READY_TIMEOUT_S
