@@ -2,8 +2,7 @@
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
         [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--tree LABEL:PATH]
-        [--settle-seconds 15]
-        [-o json]
+        [--features] [--settle-seconds 15] [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -29,6 +28,14 @@ bindings go through its own `binding.*` settings.
 Modes: burst (every pod created at once, `--create-concurrency` requests at a time) and, for
 each `--rate`, a steady arrival of that many pod creations a second, so that latency is also
 measured below the ceiling, where a scheduler is not saturated. Each mode repeats the three runs.
+
+With `--features` the pod set is the feature mix instead (`feature_kinds`, seeded; the same GPU
+sizes): 30 % plain pods, 15 % with preferred and 15 % with required pod affinity to their group
+(label `bench.gpu-scheduler.io/app=g<i mod 10>`, topology key the node type), 20 % with a
+topology spread over their group (maxSkew 2, half DoNotSchedule, half ScheduleAnyway), 20 % gang
+members (4 consecutive pods naming a scheduling.k8s.io/v1beta1 PodGroup with minCount 4, created
+before the run's pods, in every run; kube-scheduler's gang plugins are on through the cluster's
+GenericWorkload feature gate).
 
 Pods are created by this process while the scheduler under test is already running; the pod set
 and its order are the same in every run. Between runs the pods are deleted (grace 0) and the
@@ -85,6 +92,7 @@ from hack.localcluster import (
     wait_nodes_ready,
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
+from hack.localcluster.nodes import NODE_TYPE_LABEL
 from hack.localcluster.processes import Component
 from scheduler.kube.client import api_client_for
 from scheduler.kube.informer import Informer, KubeObject
@@ -128,6 +136,9 @@ class Options:
     """Whether the burst mode (all pods at once) runs."""
     variants: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     """Extra gpu-scheduler runs: (label, configuration overrides merged into its config file)."""
+    features: bool = False
+    """The feature mix (`feature_kinds`): pods with pod affinity, topology spread and gangs
+    instead of plain pods."""
     trees: tuple[tuple[str, str], ...] = ()
     """Extra gpu-scheduler runs from other checkouts of the repository: (label, path), default
     settings; e.g. the tree before a change, measured side by side with the current one."""
@@ -228,6 +239,96 @@ def pod_manifest(
             ],
         },
     }
+
+
+PLAIN, PREFERRED, REQUIRED, SPREAD, GANG = "plain", "preferred", "required", "spread", "gang"
+FEATURE_SHARES: Mapping[str, float] = {
+    PLAIN: 0.3,
+    PREFERRED: 0.15,
+    REQUIRED: 0.15,
+    SPREAD: 0.2,
+    GANG: 0.2,
+}
+"""Shares of the feature mix; a gang draw takes `GANG_SIZE` pods at once."""
+GANG_SIZE = 4
+FEATURE_GROUPS = 10
+"""Pod i carries the label app=g<i mod FEATURE_GROUPS>; affinity and spread select by it."""
+APP_LABEL = "bench.gpu-scheduler.io/app"
+FEATURE_TOPOLOGY_KEY = NODE_TYPE_LABEL
+"""The domain of pod affinity and spread: the node type (three domains of the seed types)."""
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
+
+
+def feature_kinds(count: int, seed: int) -> list[tuple[str, str]]:
+    """Per pod index: (kind, gang name or ""), seeded. Kinds: plain; preferred pod affinity
+    (weight 50) to its group; required pod affinity to its group (which the pod itself matches,
+    so the first one fits); a topology spread over its group (maxSkew 2, DoNotSchedule on even
+    indices, ScheduleAnyway on odd ones); a gang member (`GANG_SIZE` consecutive pods, a PodGroup
+    with minCount = its members)."""
+    rng = np.random.default_rng(seed + 1)
+    names = list(FEATURE_SHARES)
+    shares = np.asarray([FEATURE_SHARES[n] for n in names], dtype=float)  # shares: (kinds,)
+    kinds: list[tuple[str, str]] = []
+    while len(kinds) < count:
+        kind = str(rng.choice(names, p=shares / shares.sum()))
+        if kind == GANG:
+            gang = f"gang-{len(kinds):05d}"
+            kinds.extend([(GANG, gang)] * min(GANG_SIZE, count - len(kinds)))
+        else:
+            kinds.append((kind, ""))
+    return kinds
+
+
+def gang_sizes(kinds: Sequence[tuple[str, str]]) -> dict[str, int]:
+    """Members of each gang of `feature_kinds`, by PodGroup name."""
+    sizes: dict[str, int] = {}
+    for kind, gang in kinds:
+        if kind == GANG:
+            sizes[gang] = sizes.get(gang, 0) + 1
+    return sizes
+
+
+def pod_group_manifest(name: str, members: int) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `members` pods."""
+    return {
+        "apiVersion": f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": members}}},
+    }
+
+
+def with_features(manifest: dict[str, Any], index: int, kind: str, gang: str) -> dict[str, Any]:
+    """`manifest` (of `pod_manifest`) given pod `index`'s feature-mix kind (see `feature_kinds`);
+    modified in place and returned."""
+    group = {APP_LABEL: f"g{index % FEATURE_GROUPS}"}
+    manifest["metadata"]["labels"] = dict(group)
+    spec = manifest["spec"]
+    term = {"labelSelector": {"matchLabels": group}, "topologyKey": FEATURE_TOPOLOGY_KEY}
+    if kind == PREFERRED:
+        spec["affinity"] = {
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 50, "podAffinityTerm": term}
+                ]
+            }
+        }
+    elif kind == REQUIRED:
+        spec["affinity"] = {
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+    elif kind == SPREAD:
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 2,
+                "topologyKey": FEATURE_TOPOLOGY_KEY,
+                "whenUnsatisfiable": "DoNotSchedule" if index % 2 == 0 else "ScheduleAnyway",
+                "labelSelector": {"matchLabels": group},
+            }
+        ]
+    elif kind == GANG:
+        spec["schedulingGroup"] = {"podGroupName": gang}
+    return manifest
 
 
 def plan_bindings(sizes: Sequence[int], capacity: Sequence[tuple[str, int]]) -> dict[int, str]:
@@ -477,9 +578,13 @@ async def run_pods(
             )
             await _expect_ok(response, f"bind {name}")
 
+    kinds = feature_kinds(len(sizes), options.seed) if options.features else []
+
     async def create(index: int) -> None:
         name = names[index]
         manifest = pod_manifest(name, sizes[index], scheduler_name, options.node_selector)
+        if kinds:
+            with_features(manifest, index, *kinds[index])
         if rate is not None:
             await asyncio.sleep(max(0.0, arrival_start + index / rate - clock()))
         async with create_gate:
@@ -492,6 +597,20 @@ async def run_pods(
             task = asyncio.create_task(bind(name, plan[index]))
             binds.add(task)
             task.add_done_callback(binds.discard)
+
+    async def create_groups() -> None:
+        """The gangs' PodGroups, before any pod (a member waits for its PodGroup anyway)."""
+        custom = client.CustomObjectsApi(api)
+        for gang, members in gang_sizes(kinds).items():
+            response = await custom.create_namespaced_custom_object(
+                PODGROUP_GROUP,
+                PODGROUP_VERSION,
+                namespace,
+                PODGROUP_PLURAL,
+                pod_group_manifest(gang, members),
+                _preload_content=False,
+            )
+            await _expect_ok(response, f"create PodGroup {gang}")
 
     async def create_all() -> None:
         nonlocal creation_done, arrival_start
@@ -508,6 +627,7 @@ async def run_pods(
     sampler = asyncio.create_task(sample())
     try:
         await informer.synced.wait()
+        await create_groups()
         cpu_start = meter.cpu_seconds() if meter is not None else 0.0
         creating = asyncio.create_task(create_all())
         deadline = clock() + MAX_RUN_S
@@ -788,8 +908,9 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 
 def print_table(results: Sequence[RunResult], options: Options) -> None:
+    mix = ", feature mix (affinity, spread, gangs)" if options.features else ""
     print(
-        f"{options.pods} pods (1/2/4/8 GPUs: {'/'.join(f'{m:g}' for m in options.mix)}), "
+        f"{options.pods} pods{mix} (1/2/4/8 GPUs: {'/'.join(f'{m:g}' for m in options.mix)}), "
         f"seed {options.seed}, client qps {options.qps} / burst {2 * options.qps}"
     )
     header = (
@@ -857,6 +978,11 @@ def main(argv: list[str] | None = None) -> int:
         help="one more gpu-scheduler run from the checkout at PATH, e.g. the tree before a "
         "change (repeatable)",
     )
+    parser.add_argument(
+        "--features",
+        action="store_true",
+        help="the feature mix: pod affinity, topology spread and gangs (PodGroups)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
@@ -875,6 +1001,7 @@ def main(argv: list[str] | None = None) -> int:
         rates=tuple(float(r) for r in args.rate.split(",") if r.strip()),
         burst=not args.no_burst,
         profile=args.profile,
+        features=args.features,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
             (label, overrides_of(text))
