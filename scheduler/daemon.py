@@ -73,7 +73,7 @@ from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, Leadersh
 from scheduler.kube.podgroups import list_pod_groups
 from scheduler.kueue_podgroups import InvalidGroupReporter
 from scheduler.namespaces import NamespaceLabels
-from scheduler.objects import PodInfo
+from scheduler.objects import PodInfo, trim_node, trim_pod
 from scheduler.plugins.gang_reclaim import GangReclaimer
 from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Reclaimer, UsageSource
 from scheduler.profile import default_framework
@@ -194,12 +194,18 @@ class Daemon:
             CoschedulingGroupHandler(self.gangs, self.pod_handler, self.recorder),
         )
         self.informers = [
-            Informer("nodes", core.list_node, NodeHandler(self.cache, self.queue, self.recorder)),
+            Informer(
+                "nodes",
+                core.list_node,
+                NodeHandler(self.cache, self.queue, self.recorder),
+                trim=trim_node,
+            ),
             Informer("namespaces", core.list_namespace, NamespaceLabels(self.cache, self.queue)),
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,
                 PodWatch(self.pod_handler, self.reclaimer),
+                trim=trim_pod,
             ),
             Informer(
                 "priorityclasses",

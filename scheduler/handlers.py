@@ -31,7 +31,7 @@ import structlog
 from scheduler.cache import ClusterCache
 from scheduler.gangs import GangTracker, PodGroupInfo, gang_key, parse_pod_group
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
-from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, sorted_errors
+from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod, pod_ref, sorted_errors
 from scheduler.queue import IN_FLIGHT, UNSCHEDULABLE, SchedulingQueue
 
 log = structlog.get_logger("gpu-scheduler.handlers")
@@ -264,12 +264,13 @@ class PodHandler:
         self.on_add(new)
 
     def on_delete(self, obj: Mapping[str, Any]) -> None:
-        pod = parse_pod(obj)
+        pod = pod_ref(obj)  # identity and gang only: a deleted pod is not parsed in full
         self.queue.delete(pod.key)
         self.affinity_waiters.discard(pod.key)
         self.gated_keys.discard(pod.key)
         if self.gangs is not None:
-            self.gangs.pod_gone(pod.key, gang_key(pod))
+            gang = f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else ""  # as gang_key
+            self.gangs.pod_gone(pod.key, gang)
         if self.gone is not None:
             self.gone(pod.uid, pod.key)
         if pod.key in self.cache.pods:

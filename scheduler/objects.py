@@ -23,6 +23,7 @@ base units (bytes, pods, GPUs).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -249,10 +250,21 @@ has at most a handful)."""
 _INTEGER_RE = re.compile(r"^-?[0-9]{1,18}$")
 
 
+@functools.lru_cache(maxsize=4096)
+def _quantity(cpu: bool, value: str) -> int:
+    """A quantity string in millicores (`cpu`) or base units, memoised: pods repeat the same few
+    spellings ("100m", "128Mi", "1"), and the Decimal parse is most of a pod's parsing time.
+    Raises `QuantityError` (not cached) like `cpu_millis` / `base_units`."""
+    return cpu_millis(value) if cpu else base_units(value)
+
+
 def _resource_amount(name: str, value: object, where: str, errors: list[FieldError]) -> int:
     field = f"{where}.{clip(name)}"
     try:
-        amount = cpu_millis(value) if name == "cpu" else base_units(value)  # type: ignore[arg-type]
+        if type(value) is str:
+            amount = _quantity(name == "cpu", value)
+        else:
+            amount = cpu_millis(value) if name == "cpu" else base_units(value)  # type: ignore[arg-type]
     except QuantityError as error:
         errors.append(FieldError(field, str(error)))
         return 0
@@ -521,11 +533,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         scheduled_at = _timestamp(status.get("startTime"))
     spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
     preemption_policy = read_preemption_policy(spec, _reporter(errors))
-    pod_group = _pod_group(spec, errors)
-    pod_group = coscheduling_pod_group(
-        f"{namespace}/{name}", pod_group, _string_map(metadata.get("labels"))
-    )
-    pod_group = kueue_pod_group(pod_group, _string_map(metadata.get("labels")))
+    pod_group = _gang_of(spec, metadata, f"{namespace}/{name}", errors)
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -562,6 +570,77 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         claims=_pod_claims(spec, errors),
         pod_group=pod_group,
     )
+
+
+def _gang_of(
+    spec: Mapping[str, Any], metadata: Mapping[str, Any], key: str, errors: list[FieldError]
+) -> str:
+    """`PodInfo.pod_group`: spec.schedulingGroup's PodGroup, else the coscheduling label's,
+    else Kueue's pod group label's."""
+    labels = _string_map(metadata.get("labels"))
+    return kueue_pod_group(coscheduling_pod_group(key, _pod_group(spec, errors), labels), labels)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """What a deleted pod's bookkeeping needs: its identity and gang, read without parsing the
+    rest of the pod (`pod_ref`)."""
+
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    pod_group: str
+    """As `PodInfo.pod_group`."""
+
+
+def pod_ref(obj: Mapping[str, Any]) -> PodRef:
+    """The `PodRef` of a Pod's JSON; the fields agree with `parse_pod`'s. Never raises."""
+    errors: list[FieldError] = []
+    metadata = _map(obj.get("metadata"), "metadata", errors)
+    spec = _map(obj.get("spec"), "spec", errors)
+    namespace = _str(metadata.get("namespace") or "")
+    name = _str(metadata.get("name") or "")
+    key = f"{namespace}/{name}"
+    return PodRef(
+        key=key,
+        namespace=namespace,
+        name=name,
+        uid=_str(metadata.get("uid") or ""),
+        pod_group=_gang_of(spec, metadata, key, errors),
+    )
+
+
+POD_STATUS_KEPT = ("phase", "conditions", "startTime", "nominatedNodeName")
+"""The Pod status fields an informer store keeps (`trim_pod`): what `parse_pod` and the pod
+handlers read."""
+NODE_STATUS_KEPT = ("allocatable",)
+"""The Node status fields an informer store keeps (`trim_node`): what `parse_node` and the node
+handler read; conditions, images, addresses and nodeInfo go."""
+
+
+def _trimmed(obj: dict[str, Any], status_kept: tuple[str, ...]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    status = obj.get("status")
+    if isinstance(status, dict):
+        obj["status"] = {name: status[name] for name in status_kept if name in status}
+    return obj
+
+
+def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Pod's JSON as the pods informer keeps it (`Informer`'s `trim`): metadata.managedFields
+    dropped, status cut to `POD_STATUS_KEPT`; what `parse_pod` returns is unchanged. Modifies
+    `obj` in place and returns it."""
+    return _trimmed(obj, POD_STATUS_KEPT)
+
+
+def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Node's JSON as the nodes informer keeps it: metadata.managedFields dropped, status cut
+    to `NODE_STATUS_KEPT`; what `parse_node` returns is unchanged. Modifies `obj` in place and
+    returns it."""
+    return _trimmed(obj, NODE_STATUS_KEPT)
 
 
 def _pod_group(spec: Mapping[str, Any], errors: list[FieldError]) -> str:
@@ -689,17 +768,23 @@ __all__ = [
     "EPHEMERAL",
     "GPU",
     "MEMORY",
+    "NODE_STATUS_KEPT",
     "PODS",
+    "POD_STATUS_KEPT",
     "RESOURCES",
     "FieldError",
     "NodeInfo",
     "NodeSelectorTerm",
     "PodInfo",
+    "PodRef",
     "SelectorRequirement",
     "Taint",
     "Toleration",
     "parse_node",
     "parse_pod",
+    "pod_ref",
+    "trim_node",
+    "trim_pod",
 ]
 
 

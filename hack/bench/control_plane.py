@@ -1,8 +1,8 @@
 """gpu-scheduler against kube-scheduler on one real control plane, beside a bare binding loop.
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
-        [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--settle-seconds 15]
-        [-o json]
+        [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--tree LABEL:PATH]
+        [--features] [--settle-seconds 15] [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -28,6 +28,14 @@ bindings go through its own `binding.*` settings.
 Modes: burst (every pod created at once, `--create-concurrency` requests at a time) and, for
 each `--rate`, a steady arrival of that many pod creations a second, so that latency is also
 measured below the ceiling, where a scheduler is not saturated. Each mode repeats the three runs.
+
+With `--features` the pod set is the feature mix instead (`feature_kinds`, seeded; the same GPU
+sizes): 30 % plain pods, 15 % with preferred and 15 % with required pod affinity to their group
+(label `bench.gpu-scheduler.io/app=g<i mod 10>`, topology key the node type), 20 % with a
+topology spread over their group (maxSkew 2, half DoNotSchedule, half ScheduleAnyway), 20 % gang
+members (4 consecutive pods naming a scheduling.k8s.io/v1beta1 PodGroup with minCount 4, created
+before the run's pods, in every run; kube-scheduler's gang plugins are on through the cluster's
+GenericWorkload feature gate).
 
 Pods are created by this process while the scheduler under test is already running; the pod set
 and its order are the same in every run. Between runs the pods are deleted (grace 0) and the
@@ -67,6 +75,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -83,6 +92,7 @@ from hack.localcluster import (
     wait_nodes_ready,
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
+from hack.localcluster.nodes import NODE_TYPE_LABEL
 from hack.localcluster.processes import Component
 from scheduler.kube.client import api_client_for
 from scheduler.kube.informer import Informer, KubeObject
@@ -126,6 +136,12 @@ class Options:
     """Whether the burst mode (all pods at once) runs."""
     variants: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     """Extra gpu-scheduler runs: (label, configuration overrides merged into its config file)."""
+    features: bool = False
+    """The feature mix (`feature_kinds`): pods with pod affinity, topology spread and gangs
+    instead of plain pods."""
+    trees: tuple[tuple[str, str], ...] = ()
+    """Extra gpu-scheduler runs from other checkouts of the repository: (label, path), default
+    settings; e.g. the tree before a change, measured side by side with the current one."""
     profile: str = ""
     """When set, one more gpu-scheduler run (default settings, burst mode only, label
     "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
@@ -223,6 +239,96 @@ def pod_manifest(
             ],
         },
     }
+
+
+PLAIN, PREFERRED, REQUIRED, SPREAD, GANG = "plain", "preferred", "required", "spread", "gang"
+FEATURE_SHARES: Mapping[str, float] = {
+    PLAIN: 0.3,
+    PREFERRED: 0.15,
+    REQUIRED: 0.15,
+    SPREAD: 0.2,
+    GANG: 0.2,
+}
+"""Shares of the feature mix; a gang draw takes `GANG_SIZE` pods at once."""
+GANG_SIZE = 4
+FEATURE_GROUPS = 10
+"""Pod i carries the label app=g<i mod FEATURE_GROUPS>; affinity and spread select by it."""
+APP_LABEL = "bench.gpu-scheduler.io/app"
+FEATURE_TOPOLOGY_KEY = NODE_TYPE_LABEL
+"""The domain of pod affinity and spread: the node type (three domains of the seed types)."""
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
+
+
+def feature_kinds(count: int, seed: int) -> list[tuple[str, str]]:
+    """Per pod index: (kind, gang name or ""), seeded. Kinds: plain; preferred pod affinity
+    (weight 50) to its group; required pod affinity to its group (which the pod itself matches,
+    so the first one fits); a topology spread over its group (maxSkew 2, DoNotSchedule on even
+    indices, ScheduleAnyway on odd ones); a gang member (`GANG_SIZE` consecutive pods, a PodGroup
+    with minCount = its members)."""
+    rng = np.random.default_rng(seed + 1)
+    names = list(FEATURE_SHARES)
+    shares = np.asarray([FEATURE_SHARES[n] for n in names], dtype=float)  # shares: (kinds,)
+    kinds: list[tuple[str, str]] = []
+    while len(kinds) < count:
+        kind = str(rng.choice(names, p=shares / shares.sum()))
+        if kind == GANG:
+            gang = f"gang-{len(kinds):05d}"
+            kinds.extend([(GANG, gang)] * min(GANG_SIZE, count - len(kinds)))
+        else:
+            kinds.append((kind, ""))
+    return kinds
+
+
+def gang_sizes(kinds: Sequence[tuple[str, str]]) -> dict[str, int]:
+    """Members of each gang of `feature_kinds`, by PodGroup name."""
+    sizes: dict[str, int] = {}
+    for kind, gang in kinds:
+        if kind == GANG:
+            sizes[gang] = sizes.get(gang, 0) + 1
+    return sizes
+
+
+def pod_group_manifest(name: str, members: int) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `members` pods."""
+    return {
+        "apiVersion": f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": members}}},
+    }
+
+
+def with_features(manifest: dict[str, Any], index: int, kind: str, gang: str) -> dict[str, Any]:
+    """`manifest` (of `pod_manifest`) given pod `index`'s feature-mix kind (see `feature_kinds`);
+    modified in place and returned."""
+    group = {APP_LABEL: f"g{index % FEATURE_GROUPS}"}
+    manifest["metadata"]["labels"] = dict(group)
+    spec = manifest["spec"]
+    term = {"labelSelector": {"matchLabels": group}, "topologyKey": FEATURE_TOPOLOGY_KEY}
+    if kind == PREFERRED:
+        spec["affinity"] = {
+            "podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 50, "podAffinityTerm": term}
+                ]
+            }
+        }
+    elif kind == REQUIRED:
+        spec["affinity"] = {
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+    elif kind == SPREAD:
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 2,
+                "topologyKey": FEATURE_TOPOLOGY_KEY,
+                "whenUnsatisfiable": "DoNotSchedule" if index % 2 == 0 else "ScheduleAnyway",
+                "labelSelector": {"matchLabels": group},
+            }
+        ]
+    elif kind == GANG:
+        spec["schedulingGroup"] = {"podGroupName": gang}
+    return manifest
 
 
 def plan_bindings(sizes: Sequence[int], capacity: Sequence[tuple[str, int]]) -> dict[int, str]:
@@ -472,9 +578,13 @@ async def run_pods(
             )
             await _expect_ok(response, f"bind {name}")
 
+    kinds = feature_kinds(len(sizes), options.seed) if options.features else []
+
     async def create(index: int) -> None:
         name = names[index]
         manifest = pod_manifest(name, sizes[index], scheduler_name, options.node_selector)
+        if kinds:
+            with_features(manifest, index, *kinds[index])
         if rate is not None:
             await asyncio.sleep(max(0.0, arrival_start + index / rate - clock()))
         async with create_gate:
@@ -487,6 +597,20 @@ async def run_pods(
             task = asyncio.create_task(bind(name, plan[index]))
             binds.add(task)
             task.add_done_callback(binds.discard)
+
+    async def create_groups() -> None:
+        """The gangs' PodGroups, before any pod (a member waits for its PodGroup anyway)."""
+        custom = client.CustomObjectsApi(api)
+        for gang, members in gang_sizes(kinds).items():
+            response = await custom.create_namespaced_custom_object(
+                PODGROUP_GROUP,
+                PODGROUP_VERSION,
+                namespace,
+                PODGROUP_PLURAL,
+                pod_group_manifest(gang, members),
+                _preload_content=False,
+            )
+            await _expect_ok(response, f"create PodGroup {gang}")
 
     async def create_all() -> None:
         nonlocal creation_done, arrival_start
@@ -503,6 +627,7 @@ async def run_pods(
     sampler = asyncio.create_task(sample())
     try:
         await informer.synced.wait()
+        await create_groups()
         cpu_start = meter.cpu_seconds() if meter is not None else 0.0
         creating = asyncio.create_task(create_all())
         deadline = clock() + MAX_RUN_S
@@ -608,10 +733,13 @@ def start_gpu_scheduler(
     scheduler_name: str,
     overrides: Mapping[str, Any] | None = None,
     profile: str = "",
+    tree: str = "",
 ) -> Component:
     """`python -m scheduler.cli run` as a component of the cluster (so its teardown covers it),
     leader election off, `overrides` merged into its configuration, under cProfile writing
-    `profile` when given (at its graceful stop); returns once its caches have synced."""
+    `profile` when given (at its graceful stop), from the checkout at `tree` when given (else
+    this one); returns once its caches have synced."""
+    root = Path(tree).resolve() if tree else REPO_ROOT
     port = free_port()
     config = cluster.work_dir / f"{scheduler_name}-bench.yaml"
     base = {
@@ -629,8 +757,8 @@ def start_gpu_scheduler(
         f"--config={config}",
         f"--kubeconfig={cluster.kubeconfig}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "POD_NAME": scheduler_name}
-    component = cluster.processes.start(scheduler_name, argv, env=env, cwd=REPO_ROOT)
+    env = {**os.environ, "PYTHONPATH": str(root), "POD_NAME": scheduler_name}
+    component = cluster.processes.start(scheduler_name, argv, env=env, cwd=root)
     cluster.processes.wait_ready(
         component, lambda: _ready(f"http://127.0.0.1:{port}/readyz"), READY_TIMEOUT_S
     )
@@ -657,9 +785,13 @@ async def side_by_side(
     capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
     results: list[RunResult] = []
     for mode_index, rate in enumerate(options.modes()):
-        gpu_runs: list[tuple[str, Mapping[str, Any]]] = [("gpu-scheduler", {}), *options.variants]
+        gpu_runs: list[tuple[str, Mapping[str, Any], str]] = [
+            ("gpu-scheduler", {}, ""),
+            *((label, overrides, "") for label, overrides in options.variants),
+            *((label, {}, tree) for label, tree in options.trees),
+        ]
         if options.profile and rate is None:
-            gpu_runs.append(("cprofile", {}))
+            gpu_runs.append(("cprofile", {}, ""))
         tag = f"m{mode_index}"
         plan = plan_bindings(sizes, capacity)
         results.append(
@@ -675,9 +807,11 @@ async def side_by_side(
                 slug=f"ceiling-{tag}",
             )
         )
-        for run_index, (label, overrides) in enumerate(gpu_runs):
+        for run_index, (label, overrides, tree) in enumerate(gpu_runs):
             profile = options.profile if label == "cprofile" else ""
-            component = start_gpu_scheduler(cluster, options.gpu_scheduler_name, overrides, profile)
+            component = start_gpu_scheduler(
+                cluster, options.gpu_scheduler_name, overrides, profile, tree
+            )
             try:
                 meter = ProcessMeter(component.process.pid)
                 results.append(
@@ -774,8 +908,9 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 
 def print_table(results: Sequence[RunResult], options: Options) -> None:
+    mix = ", feature mix (affinity, spread, gangs)" if options.features else ""
     print(
-        f"{options.pods} pods (1/2/4/8 GPUs: {'/'.join(f'{m:g}' for m in options.mix)}), "
+        f"{options.pods} pods{mix} (1/2/4/8 GPUs: {'/'.join(f'{m:g}' for m in options.mix)}), "
         f"seed {options.seed}, client qps {options.qps} / burst {2 * options.qps}"
     )
     header = (
@@ -835,6 +970,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LABEL:KEY=VALUE,...",
         help="one more gpu-scheduler run with these settings (repeatable)",
     )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL:PATH",
+        help="one more gpu-scheduler run from the checkout at PATH, e.g. the tree before a "
+        "change (repeatable)",
+    )
+    parser.add_argument(
+        "--features",
+        action="store_true",
+        help="the feature mix: pod affinity, topology spread and gangs (PodGroups)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
@@ -853,6 +1001,8 @@ def main(argv: list[str] | None = None) -> int:
         rates=tuple(float(r) for r in args.rate.split(",") if r.strip()),
         burst=not args.no_burst,
         profile=args.profile,
+        features=args.features,
+        trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
             (label, overrides_of(text))
             for label, _, text in (v.partition(":") for v in args.variant)

@@ -27,6 +27,11 @@ where it stopped without a relist. The API server answers 410 when that version 
 history it keeps; only then does the informer list again, and the diff against the store delivers
 the changes made in the gap, including deletions that no watch event reported.
 
+The store keeps each object as `trim` leaves it (by default without metadata.managedFields,
+which no handler reads and which is often the bulk of an object), and handlers see that same
+trimmed object: a store of thousands of nodes or pods holds what the scheduler reads, not the
+whole API object.
+
 Handlers are plain synchronous callables that must not block: they run inside the informer's
 task, in the order of events. An exception in a handler is logged and does not stop the informer.
 """
@@ -87,6 +92,14 @@ class WatchError(Exception):
     """The watch stream carried an error or something that is not a watch event."""
 
 
+def without_managed_fields(obj: KubeObject) -> KubeObject:
+    """The default `trim`: drops metadata.managedFields (in place) and returns `obj`."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return obj
+
+
 def object_key(obj: KubeObject) -> str:
     """ "namespace/name", or "name" for cluster-scoped objects."""
     metadata = obj.get("metadata") or {}
@@ -125,9 +138,13 @@ class Informer:
         read_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        trim: Callable[[KubeObject], KubeObject] = without_managed_fields,
     ) -> None:
         """`read_timeout` bounds the wait for list data; a watch may stay silent for its whole
-        `watch_timeout_seconds` (plus `read_timeout`) before the connection counts as dead."""
+        `watch_timeout_seconds` (plus `read_timeout`) before the connection counts as dead.
+        `trim` is applied to every listed or watched object before it is stored and handed to
+        the handler (it may modify the object in place); it must keep metadata.name, namespace
+        and resourceVersion."""
         if page_size <= 0 or watch_timeout_seconds <= 0:
             raise ValueError("page_size and watch_timeout_seconds must be positive")
         if backoff_initial <= 0 or backoff_max < backoff_initial:
@@ -148,6 +165,7 @@ class Informer:
         self._watch_request_timeout = (connect_timeout, watch_timeout_seconds + read_timeout)
         self._clock = clock
         self._sleep = sleep
+        self._trim = trim
         self._store: dict[str, KubeObject] = {}
         self._needs_list = True
         self._delay = backoff_initial
@@ -244,7 +262,7 @@ class Informer:
                 # List items omit kind/apiVersion; watch events carry them. Make both alike.
                 obj.setdefault("kind", kind)
                 obj.setdefault("apiVersion", api_version)
-                items[object_key(obj)] = obj
+                items[object_key(obj)] = self._trim(obj)
             metadata = body.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
@@ -309,6 +327,7 @@ class Informer:
             self.resource_version = version
         if kind == "BOOKMARK":
             return
+        obj = self._trim(obj)
         key = object_key(obj)
         if kind == "DELETED":
             if self._store.pop(key, None) is not None:

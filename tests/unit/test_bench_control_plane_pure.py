@@ -6,7 +6,22 @@ import math
 
 import pytest
 
-from hack.bench.control_plane import Options, RunResult, mode_name, overrides_of, ratios
+from hack.bench.control_plane import (
+    GANG,
+    GANG_SIZE,
+    Options,
+    RunResult,
+    feature_kinds,
+    gang_sizes,
+    mode_name,
+    overrides_of,
+    pod_group_manifest,
+    pod_manifest,
+    ratios,
+    with_features,
+)
+from scheduler.gangs import parse_pod_group
+from scheduler.objects import parse_pod
 
 
 def test_kube_scheduler_qps_defaults_high_enough_not_to_throttle() -> None:
@@ -76,3 +91,36 @@ def test_ratios_compare_each_gpu_scheduler_run_within_its_mode() -> None:
     assert rows["burst", "gpu-scheduler"]["gpu_vs_kube_p50"] == pytest.approx(2.0)
     assert rows["50/s", "gpu-scheduler"]["gpu_vs_kube_p50"] == pytest.approx(3.0)
     assert math.isclose(rows["50/s", "gpu-scheduler"]["gpu_vs_kube_pods_per_s"], 1.0)
+
+
+def test_feature_mix_is_seeded_and_has_every_kind() -> None:
+    kinds = feature_kinds(1000, seed=0)
+    assert len(kinds) == 1000 and kinds == feature_kinds(1000, seed=0)
+    assert kinds != feature_kinds(1000, seed=1)
+    assert {kind for kind, _ in kinds} == {"plain", "preferred", "required", "spread", GANG}
+    sizes = gang_sizes(kinds)
+    assert sizes and all(1 <= n <= GANG_SIZE for n in sizes.values())
+    assert sum(sizes.values()) == sum(1 for kind, _ in kinds if kind == GANG)
+    for index, (kind, gang) in enumerate(kinds):  # members are consecutive
+        if kind == GANG and sizes[gang] == GANG_SIZE and kinds[index - 1][1] != gang:
+            assert [g for _, g in kinds[index : index + GANG_SIZE]] == [gang] * GANG_SIZE
+
+
+def test_feature_manifests_are_pods_and_podgroups_the_scheduler_accepts() -> None:
+    kinds = feature_kinds(200, seed=0)
+    seen: dict[str, int] = {}
+    for index, (kind, gang) in enumerate(kinds):
+        pod = with_features(pod_manifest(f"p{index}", 2, "gpu-scheduler", {}), index, kind, gang)
+        pod["metadata"]["namespace"] = "bench"
+        info = parse_pod(pod)
+        assert info.errors == () and info.unsupported == ()
+        seen[kind] = seen.get(kind, 0) + 1
+        if kind == "required":
+            assert info.pod_affinity is not None and info.pod_affinity.required_affinity
+        if kind == "spread":
+            assert info.spread_constraints
+        assert info.pod_group == gang
+    assert set(seen) == {"plain", "preferred", "required", "spread", "gang"}
+    for gang, members in gang_sizes(kinds).items():
+        group = parse_pod_group({**pod_group_manifest(gang, members), "metadata": {"name": gang}})
+        assert group.errors == () and group.gang and group.min_count == members

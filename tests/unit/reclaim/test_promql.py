@@ -121,7 +121,7 @@ def test_escaped_value_reads_back_exactly(value: str) -> None:
     assert "\n" not in escaped and "\ufffd" not in escaped
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(chosen=st.lists(values, min_size=1, max_size=6), others=st.lists(values, max_size=6))
 @example(chosen=["a", "b"], others=["a|b", "ab", ".*", "", "a\n"])
 @example(chosen=[".*"], others=["x", "", "..", "\n"])
@@ -243,7 +243,7 @@ def test_batch_tags_every_part_with_its_marker() -> None:
         batch({})
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(pods=st.lists(st.tuples(values, values), min_size=1, max_size=5))
 def test_every_name_in_the_batched_query_reads_back_escaped(pods: list[tuple[str, str]]) -> None:
     """Whatever the names, each matcher's literal decodes to the alternation of exactly the

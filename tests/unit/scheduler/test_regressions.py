@@ -224,7 +224,7 @@ shaped_values = st.recursive(
 objects = st.dictionaries(keys, shaped_values, max_size=4)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(objects, st.dictionaries(st.text(max_size=8), json_values, max_size=4)))
 def test_parse_pod_and_parse_node_never_raise_on_arbitrary_json(raw: dict[str, Any]) -> None:
     parse_pod(raw)
@@ -262,7 +262,7 @@ VALID_POD = make_pod(
 VALID_NODE = make_node("n", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}])
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.sampled_from([VALID_POD, VALID_NODE]), json_values)
 def test_mutated_valid_objects_never_raise(data: st.DataObject, valid: Any, value: Any) -> None:
     raw = copy.deepcopy(valid)

@@ -322,7 +322,7 @@ def check_against_reference(
         assert len({topology.domain_of(gpu) for gpu in choice.gpus}) == ref.domains_spanned
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.integers(1, 8), clusters())
 def test_vectorized_equals_reference_default_weights(
     g: int, cluster: list[tuple[NodeTopology, list[bool]]]
@@ -330,7 +330,7 @@ def test_vectorized_equals_reference_default_weights(
     check_against_reference(g, cluster, DEFAULT_WEIGHTS)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(1, 8), clusters(), weights())
 def test_vectorized_equals_reference_any_weights(
     g: int, cluster: list[tuple[NodeTopology, list[bool]]], w: ScoreWeights
