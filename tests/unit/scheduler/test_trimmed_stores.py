@@ -137,8 +137,11 @@ def test_pod_ref_agrees_with_parse_pod() -> None:
     labelled = rich_pod("labelled")
     grouped = rich_pod("grouped", schedulingGroup={"podGroupName": "pg"})
     plain = make_pod("plain", namespace="team-a")
+    kueue = make_pod("kueue-member")
+    kueue["metadata"]["labels"] = {"kueue.x-k8s.io/pod-group-name": "trainers"}
     broken = {"metadata": "not an object", "spec": []}
-    for obj in (labelled, grouped, plain, broken):
+    assert pod_ref(kueue).pod_group.endswith("trainers")
+    for obj in (labelled, grouped, plain, kueue, broken):
         ref, info = pod_ref(obj), parse_pod(obj)
         assert (ref.key, ref.namespace, ref.name, ref.uid, ref.pod_group) == (
             info.key,
