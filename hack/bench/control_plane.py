@@ -419,7 +419,24 @@ class ProcessMeter:
             clear.write("5")
 
 
-class BoundPods:
+class SeeingHandler:
+    """Informer handler base: every added or updated object goes to `_see`; deletes are
+    ignored (a subclass overrides `on_delete` when it counts them)."""
+
+    def _see(self, obj: KubeObject) -> None:
+        raise NotImplementedError
+
+    def on_add(self, obj: KubeObject) -> None:
+        self._see(obj)
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self._see(new)
+
+    def on_delete(self, obj: KubeObject) -> None:
+        pass
+
+
+class BoundPods(SeeingHandler):
     """Informer handler: when this process first saw each pod bound, where, and which GPUs."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -437,15 +454,6 @@ class BoundPods:
         self.at[name] = self.clock()
         self.node[name] = node
         self.gpus[name] = (metadata.get("annotations") or {}).get(GPUS_ANNOTATION)
-
-    def on_add(self, obj: KubeObject) -> None:
-        self._see(obj)
-
-    def on_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._see(new)
-
-    def on_delete(self, obj: KubeObject) -> None:
-        pass
 
 
 class TokenBucket:

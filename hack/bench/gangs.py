@@ -51,6 +51,7 @@ from hack.bench.control_plane import (
     NODES_READY_TIMEOUT_S,
     POLL_INTERVAL_S,
     BoundPods,
+    SeeingHandler,
     _expect_ok,
     clear_namespace,
     fresh_namespace,
@@ -128,7 +129,7 @@ class PodTimeline(BoundPods):
         self.deleted_at.setdefault(name, self.clock())
 
 
-class GroupConditions:
+class GroupConditions(SeeingHandler):
     """Informer handler: the PodGroups seen with PodGroupInitiallyScheduled=True."""
 
     def __init__(self) -> None:
@@ -138,12 +139,6 @@ class GroupConditions:
         for condition in (obj.get("status") or {}).get("conditions") or ():
             if condition.get("type") == SCHEDULED and condition.get("status") == "True":
                 self.scheduled.add((obj.get("metadata") or {}).get("name", ""))
-
-    def on_add(self, obj: KubeObject) -> None:
-        self._see(obj)
-
-    def on_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._see(new)
 
     def on_delete(self, obj: KubeObject) -> None:
         self._see(obj)

@@ -44,6 +44,7 @@ from hack.bench.control_plane import (
     KUBE_SCHEDULER,
     NODES_READY_TIMEOUT_S,
     POLL_INTERVAL_S,
+    SeeingHandler,
     _expect_ok,
     fresh_namespace,
     nvlink_quality,
@@ -202,7 +203,7 @@ def job_manifest(job: QueuedJob, scheduler_name: str) -> dict[str, Any]:
 # -- watching ----------------------------------------------------------------------------------
 
 
-class Admissions:
+class Admissions(SeeingHandler):
     """Informer handler on Workloads: when this process first saw each Job's Workload admitted."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
@@ -219,17 +220,8 @@ class Admissions:
         if job and admitted and job not in self.at:
             self.at[job] = self.clock()
 
-    def on_add(self, obj: KubeObject) -> None:
-        self._see(obj)
 
-    def on_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._see(new)
-
-    def on_delete(self, obj: KubeObject) -> None:
-        pass
-
-
-class Pods:
+class Pods(SeeingHandler):
     """Informer handler on pods: first time each pod was seen bound, its node and GPUs."""
 
     def __init__(self) -> None:
@@ -245,15 +237,6 @@ class Pods:
             self.order.append(name)
             self.node[name] = node
             self.gpus[name] = (metadata.get("annotations") or {}).get(GPUS_ANNOTATION)
-
-    def on_add(self, obj: KubeObject) -> None:
-        self._see(obj)
-
-    def on_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._see(new)
-
-    def on_delete(self, obj: KubeObject) -> None:
-        pass
 
 
 def live_bound(pods: Sequence[KubeObject]) -> list[tuple[str, str, str]]:
