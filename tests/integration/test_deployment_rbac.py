@@ -65,22 +65,36 @@ def _token_kubeconfig(cluster: LocalCluster, token: str, path: Path) -> Path:
     return path
 
 
-async def test_scheduler_runs_with_the_manifest_rbac(
-    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str, tmp_path: Path
-) -> None:
+async def scheduler_kubeconfig(
+    cluster: LocalCluster,
+    core: client.CoreV1Api,
+    namespace: str,
+    documents: list[dict[str, object]],
+    tmp_path: Path,
+) -> Path:
+    """Apply `documents` (the manifests' RBAC, e.g. from `_rbac_documents`, perhaps edited) and
+    return a kubeconfig holding a token of their `gpu-scheduler` ServiceAccount in `namespace`."""
     assert cluster.binaries is not None
     await asyncio.to_thread(
         subprocess.run,
         [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
-        input=yaml.safe_dump_all(_rbac_documents(namespace)),
+        input=yaml.safe_dump_all(documents),
         text=True,
         check=True,
         capture_output=True,
     )
-    token = await core_api.create_namespaced_service_account_token(
+    token = await core.create_namespaced_service_account_token(
         "gpu-scheduler", namespace, {"spec": {"expirationSeconds": 3600}}
     )
-    kubeconfig = _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
+    return _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
+
+
+async def test_scheduler_runs_with_the_manifest_rbac(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    kubeconfig = await scheduler_kubeconfig(
+        cluster, core_api, namespace, _rbac_documents(namespace), tmp_path
+    )
     await make_nodes(core_api, [isolated(G2, namespace)])
     await core_api.create_namespaced_pod(namespace, our_pod(namespace, "fits", 2))
     await core_api.create_namespaced_pod(namespace, our_pod(namespace, "too-big", 3))

@@ -5,17 +5,14 @@ not at all."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
-from tests.integration.test_deployment_rbac import _rbac_documents, _token_kubeconfig
+from tests.integration.test_deployment_rbac import _rbac_documents, scheduler_kubeconfig
 from tests.integration.test_gangs import condition_is, create_group, member
 from tests.integration.test_reclaim import (  # noqa: F401  (the classes fixture)
     H200_PAIR,
@@ -242,18 +239,7 @@ async def test_bindings_refused_by_the_api_server_set_scheduler_error(
     for document in documents:
         for rule in document.get("rules") or ():  # type: ignore[attr-defined]
             rule["resources"] = [r for r in rule["resources"] if r != "pods/binding"]
-    await asyncio.to_thread(
-        subprocess.run,
-        [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
-        input=yaml.safe_dump_all(documents),
-        text=True,
-        check=True,
-        capture_output=True,
-    )
-    token = await core_api.create_namespaced_service_account_token(
-        "gpu-scheduler", namespace, {"spec": {"expirationSeconds": 3600}}
-    )
-    kubeconfig = _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
+    kubeconfig = await scheduler_kubeconfig(cluster, core_api, namespace, documents, tmp_path)
     await make_nodes(core_api, [isolated(G2, namespace)])  # 4 GPUs: the gang fits
     await create_group(api_client, namespace, "pg", 2)
     for name in ("w0", "w1"):

@@ -10,9 +10,7 @@ whose usage the Jobs' pod templates script.
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -20,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2_EXPANSION, LocalCluster
@@ -30,7 +27,7 @@ from scheduler.kube.kueue_workloads import (
     DEACTIVATED_IN_TERM_ANNOTATION,
 )
 from scheduler.plugins.reclaim import WORKLOAD_DEACTIVATED
-from tests.integration.test_deployment_rbac import _rbac_documents, _token_kubeconfig
+from tests.integration.test_deployment_rbac import _rbac_documents, scheduler_kubeconfig
 from tests.integration.test_kueue import (
     RECIPE,
     SCHEDULER,
@@ -130,19 +127,7 @@ async def _daemon_kubeconfig(
                 for rule in rules:
                     if "workloads" in rule["resources"]:
                         rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
-    assert cluster.binaries is not None
-    await asyncio.to_thread(
-        subprocess.run,
-        [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
-        input=yaml.safe_dump_all(documents),
-        text=True,
-        check=True,
-        capture_output=True,
-    )
-    token = await core.create_namespaced_service_account_token(
-        "gpu-scheduler", namespace, {"spec": {"expirationSeconds": 3600}}
-    )
-    return _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
+    return await scheduler_kubeconfig(cluster, core, namespace, documents, tmp_path)
 
 
 @asynccontextmanager

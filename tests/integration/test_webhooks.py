@@ -11,7 +11,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import subprocess
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,7 +30,7 @@ from scheduler.admission.server import (
     _loop_signal_handlers,
 )
 from scheduler.daemon import Daemon
-from tests.integration.test_deployment_rbac import _rbac_documents, _token_kubeconfig
+from tests.integration.test_deployment_rbac import _rbac_documents, scheduler_kubeconfig
 from tests.kube import eventually, gpu_pod, make_namespace
 from tests.scheduling import (
     TEST_LABEL,
@@ -370,19 +369,9 @@ async def test_the_webhooks_serve_with_the_manifest_rbac_a_token_and_a_mounted_c
         (pki.ca_cert, "ca.crt"),
     ):
         (cert_dir / target).write_bytes(source.read_bytes())
-    assert cluster.binaries is not None
-    await asyncio.to_thread(
-        subprocess.run,
-        [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
-        input=yaml.safe_dump_all(_rbac_documents(namespace)),
-        text=True,
-        check=True,
-        capture_output=True,
+    kubeconfig = await scheduler_kubeconfig(
+        cluster, core_api, namespace, _rbac_documents(namespace), tmp_path
     )
-    token = await core_api.create_namespaced_service_account_token(
-        "gpu-scheduler", namespace, {"spec": {"expirationSeconds": 3600}}
-    )
-    kubeconfig = _token_kubeconfig(cluster, token.status.token, tmp_path / "scheduler.kubeconfig")
     await core_api.patch_namespace(namespace, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
     settings = settings_for(
         namespace,
