@@ -36,7 +36,7 @@ from scheduler.kueue_podgroups import (
     is_kueue_gang,
     member_count,
 )
-from scheduler.objects import COSCHEDULING_PREFIX, FieldError, PodInfo
+from scheduler.objects import COSCHEDULING_PREFIX, FieldError, PodInfo, PodRef
 from topology.text import clip, quote
 
 MAX_MIN_COUNT = 100_000
@@ -72,8 +72,9 @@ class PodGroupInfo:
     """scheduler-plugins' spec.scheduleTimeoutSeconds: for information only (not enforced)."""
 
 
-def gang_key(pod: PodInfo) -> str:
-    """ "namespace/podGroupName" of the pod's gang, "" when it has none."""
+def gang_key(pod: PodInfo | PodRef) -> str:
+    """ "namespace/podGroupName" of the pod's gang, "" when it has none (a parsed pod, or a
+    deleted pod's `PodRef`)."""
     return f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else ""
 
 

@@ -269,8 +269,7 @@ class PodHandler:
         self.affinity_waiters.discard(pod.key)
         self.gated_keys.discard(pod.key)
         if self.gangs is not None:
-            gang = f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else ""  # as gang_key
-            self.gangs.pod_gone(pod.key, gang)
+            self.gangs.pod_gone(pod.key, gang_key(pod))
         if self.gone is not None:
             self.gone(pod.uid, pod.key)
         if pod.key in self.cache.pods:
