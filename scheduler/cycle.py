@@ -5,9 +5,12 @@
     binding task: [leader?] -> [node still there?] -> [PreBind: the PV claimRefs and claim
                   annotations VolumeBinding chose, `scheduler.plugins.volume_binding`]
                   -> POST binding (GPU annotations ride along) -> Scheduled event
-                  failure of any kind (an API error, a lost connection, a bug, cancellation):
-                  forget the assumption, back the pod off (unless it is gone or bound by
-                  someone else), FailedScheduling event
+                  failure of any kind (an API error, a lost connection, a bug, a write that
+                  never left the process): forget the assumption, back the pod off (unless it
+                  is gone or bound by someone else), FailedScheduling event
+                  cancelled (leadership lost, shutdown), at any await or before the task's
+                  first step: forgotten and backed off when the task ends
+                  (`_start_binding`), so no pod stays assumed with its queue entry in flight
                   outcome unknown (the connection broke after the request may have gone out,
                   or "already assigned"): the pod stays assumed and is read back; only a pod
                   read back unbound is forgotten, so GPUs a landed Binding took are never
@@ -60,7 +63,7 @@ from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.gang_cycle import GangRequest, plan_gang
 from scheduler.gangs import GangTracker, PodGroupInfo, gang_key
-from scheduler.kube.apierrors import APIError, APITransportError
+from scheduler.kube.apierrors import APIError, APINotSentError, APITransportError
 from scheduler.kube.binding import (
     SCHEDULING_GATED_MESSAGE,
     SCHEDULING_GATED_REASON,
@@ -70,7 +73,6 @@ from scheduler.kube.binding import (
     set_unschedulable,
 )
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
-from scheduler.kube.fence import NotLeader
 from scheduler.kube.podgroups import SCHEDULER_ERROR, set_pod_group_condition
 from scheduler.kube.tasks import TaskSet
 from scheduler.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
@@ -176,8 +178,8 @@ def outcome_unknown(error: BaseException) -> bool:
     """Whether a failed Binding may still have landed: no answer came (the connection broke or
     timed out after the request may have gone out), or the API server says the pod is already
     assigned (perhaps by this very request, retried below the client). A write the fence
-    refused was never sent."""
-    if isinstance(error, NotLeader):
+    refused, or one that failed before its first byte went out, was never sent."""
+    if isinstance(error, APINotSentError):
         return False
     if isinstance(error, APITransportError):
         return True
@@ -261,9 +263,7 @@ class Scheduler:
         unconfirmed = self._unconfirmed.get(pod.key)
         if unconfirmed is not None and self.cache.is_assumed(pod.key):
             placement, error = unconfirmed
-            self._tasks.spawn(
-                self._confirm(queued, pod, placement, error), name=f"confirm:{pod.key}"
-            )
+            self._start_binding(queued, self._confirm(queued, pod, placement, error), "confirm")
             return
         if pod.key in self.cache.pods:  # bound meanwhile (by us before a restart, or by hand)
             self.queue.done(queued)
@@ -305,7 +305,7 @@ class Scheduler:
         self.cache.assume(pod, placement.node, placement.gpus)
         if volumes is not None:  # forget() takes the assumption back
             assume_volumes(self.cache.volumes, volumes)
-        self._tasks.spawn(self._bind(queued, pod, placement, volumes), name=f"bind:{pod.key}")
+        self._start_binding(queued, self._bind(queued, pod, placement, volumes), "bind")
 
     # -- gangs ---------------------------------------------------------------------------------
 
@@ -371,7 +371,7 @@ class Scheduler:
                 self._gang_post_filter(GangRequest(group, valid, need, frozenset(pinned)))
             return
         by_key = {q.key: q for q in batch}
-        binds: list[Coroutine[Any, Any, Exception | None]] = []
+        binds: list[asyncio.Task[Exception | None]] = []
         for member in plan.placed:
             placement = Placement(member.node, member.gpus, member.domain, member.score)
             log.info(
@@ -383,20 +383,26 @@ class Scheduler:
                 score=round(placement.score, 2),
                 gang=gang,
             )
-            binds.append(self._bind(by_key[member.pod.key], member.pod, placement))
+            entry = by_key[member.pod.key]
+            binds.append(
+                self._start_binding(entry, self._bind(entry, member.pod, placement), "bind")
+            )
         for key, reason in plan.unplaced.items():
             self._unschedulable(by_key[key], f"gang {group.name}: {reason}", plugins)
         self._tasks.spawn(self._bind_gang(group, binds), name=f"bind-gang:{gang}")
 
     async def _bind_gang(
-        self, group: PodGroupInfo, binds: list[Coroutine[Any, Any, Exception | None]]
+        self, group: PodGroupInfo, binds: list[asyncio.Task[Exception | None]]
     ) -> None:
-        """Run the members' binds; then, when minCount members are bound, the PodGroup's
-        condition is set to Scheduled. When fewer are bound because the API server refused a
-        Binding with an error (not because the pod went away or was bound already), the
-        condition is False with reason SchedulerError and the error, as kube-scheduler reports
-        a scheduling error."""
-        errors = await asyncio.gather(*binds)
+        """Wait for the members' binding tasks; then, when minCount members are bound, the
+        PodGroup's condition is set to Scheduled. When fewer are bound because the API server
+        refused a Binding with an error (not because the pod went away or was bound already),
+        the condition is False with reason SchedulerError and the error, as kube-scheduler
+        reports a scheduling error. Each member's task settles its own pod, so cancelling this
+        one leaves nothing assumed."""
+        if binds:
+            await asyncio.wait(binds)
+        errors = [task.result() for task in binds if not task.cancelled()]
         if self.gangs is None:
             return
         # Members that ran to completion already (a fast Job) were bound too.
@@ -576,6 +582,38 @@ class Scheduler:
         if key:
             self._unconfirmed.pop(key, None)
 
+    def _start_binding(
+        self, queued: QueuedPod[PodInfo], work: Coroutine[Any, Any, Exception | None], kind: str
+    ) -> asyncio.Task[Exception | None]:
+        """Run `work`, the binding cycle or the read-back of the assumed pod `queued` (its queue
+        entry in flight), as a tracked task. Whichever way the task ends, the pod is settled:
+        `work` settles it itself (bound, or forgotten and requeued, or kept assumed and backed
+        off while a lost answer is read back); a task that ends with the flight still open
+        (cancelled, even before its first step, or a bug) is settled by `_settle_abandoned`."""
+        task = self._tasks.spawn(work, name=f"{kind}:{queued.key}")
+        assert task is not None  # the scheduler's task set has no limit
+        task.add_done_callback(lambda done: self._settle_abandoned(queued, done))
+        return task
+
+    def _settle_abandoned(
+        self, queued: QueuedPod[PodInfo], task: asyncio.Task[Exception | None]
+    ) -> None:
+        """The binding task of `queued` ended; if its flight is still open, nothing settled the
+        pod: forget it and back it off. A Binding that landed meanwhile is counted where it is
+        by the informer, and a second one is refused as already assigned and read back."""
+        if not self.queue.flying(queued):
+            return
+        self._unconfirmed.pop(queued.key, None)
+        if self.cache.is_assumed(queued.key):
+            self.cache.forget(queued.key)
+        self.queue.requeue_backoff(queued)
+        failed = None if task.cancelled() else task.exception()
+        log.warning(
+            "bind_abandoned",
+            pod=queued.key,
+            why="cancelled" if failed is None else f"{type(failed).__name__}: {failed}",
+        )
+
     async def _bind(
         self,
         queued: QueuedPod[PodInfo],
@@ -585,10 +623,11 @@ class Scheduler:
     ) -> Exception | None:
         """The binding cycle. Any failure, of any type, forgets the assumed pod and ends the
         queue entry's flight (requeued with backoff unless the pod is gone or bound by someone
-        else); cancellation does the same and then propagates. `volumes`: VolumeBinding's
-        PreBind writes, made first; one failing fails the binding (the Binding is not sent).
-        Returns the error of a Binding refused for good (not gone, not bound already), else
-        None."""
+        else); cancellation, at any await, leaves that to `_settle_abandoned`. A Binding whose
+        outcome is unknown keeps the pod assumed until it is read back (`_confirm`).
+        `volumes`: VolumeBinding's PreBind writes, made first; one failing fails the binding
+        (the Binding is not sent). Returns the error of a Binding refused for good (not gone,
+        not bound already), else None."""
         try:
             async with self._bind_slots:
                 if self._bind_limiter is not None:
@@ -613,30 +652,26 @@ class Scheduler:
                     placement.annotations(),
                     self.bind_timeout,
                 )
-        except asyncio.CancelledError:
-            self.cache.forget(pod.key)
-            self.queue.requeue_backoff(queued)
-            log.warning("bind_cancelled", pod=pod.key, node=placement.node)
-            raise
         except Exception as error:
-            if outcome_unknown(error):
-                log.warning(
-                    "bind_outcome_unknown", pod=pod.key, node=placement.node, error=str(error)
-                )
-                self._unconfirmed[pod.key] = (placement, error)
-                await self._confirm(queued, pod, placement, error)
-                return None
-            self.cache.forget(pod.key)
-            refused = self._bind_failed(queued, pod, placement, error)
-            if volumes is not None:  # the PVs it had taken are free again for others
-                self.queue.move_all_to_active_or_backoff("VolumeBindingReverted")
-            return refused
-        self._bound(queued, pod, placement)
-        return None
+            failure = error
+        else:
+            self._bound(queued, pod, placement)
+            return None
+        if outcome_unknown(failure):
+            log.warning(
+                "bind_outcome_unknown", pod=pod.key, node=placement.node, error=str(failure)
+            )
+            self._unconfirmed[pod.key] = (placement, failure)
+            return await self._confirm(queued, pod, placement, failure)
+        self.cache.forget(pod.key)
+        refused = self._bind_failed(queued, pod, placement, failure)
+        if volumes is not None:  # the PVs it had taken are free again for others
+            self.queue.move_all_to_active_or_backoff("VolumeBindingReverted")
+        return refused
 
     async def _confirm(
         self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: Exception
-    ) -> None:
+    ) -> Exception | None:
         """Read back a pod whose Binding's answer was lost (`error`), and settle it: bound to
         `placement.node` -> bound (its GPUs were rightly held); unbound -> a failed bind
         (forgotten, backed off, reported); bound elsewhere or gone -> forgotten (the informer
@@ -649,12 +684,12 @@ class Scheduler:
                 "bind_readback_failed", pod=pod.key, node=placement.node, error=str(read_error)
             )
             self.queue.requeue_backoff(queued)
-            return
+            return None
         self._unconfirmed.pop(pod.key, None)
         if found is not None and found[0] == pod.uid and found[1] == placement.node:
             log.info("bind_readback", pod=pod.key, node=placement.node, landed=True)
             self._bound(queued, pod, placement)
-            return
+            return None
         self.cache.forget(pod.key)
         landed_elsewhere = found is not None and found[0] == pod.uid and bool(found[1])
         log.info(
@@ -667,8 +702,8 @@ class Scheduler:
         )
         if found is None or found[0] != pod.uid or landed_elsewhere:
             self.queue.done(queued)
-        else:
-            self._bind_failed(queued, pod, placement, error)
+            return None
+        return self._bind_failed(queued, pod, placement, error)
 
     def _bound(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
         self.cache.finish_binding(pod.key, self.clock())

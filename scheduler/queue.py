@@ -288,6 +288,12 @@ class SchedulingQueue(Generic[T]):
         if flight is not None and (isinstance(pod, str) or pod.cycle == flight.pod.cycle):
             del self._in_flight[key]
 
+    def flying(self, pod: QueuedPod[T]) -> bool:
+        """Whether the flight `pod` (as popped) started is still running: not yet ended by
+        `done` or a requeue, the pod not deleted, and no later pop of the same key."""
+        flight = self._in_flight.get(pod.key)
+        return flight is not None and flight.pod.cycle == pod.cycle
+
     def requeue_unschedulable(
         self, pod: QueuedPod[T], reasons: Iterable[str] = (), plugins: Iterable[str] = ()
     ) -> None:

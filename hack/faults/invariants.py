@@ -18,6 +18,9 @@ written independently of the scheduler's own cache, so a bug there cannot hide i
 | `bad_eviction`     | every evicted pod had a valid reclaim policy its preemptor's priority met, |
 |                    | was past its toleration, was not busy (its scripted usage below the        |
 |                    | threshold) and no PodDisruptionBudget forbade its eviction                 |
+| `reserved_gpus`    | at rest, the GPUs a scheduler counts allocated on each node (its           |
+|                    | `gpu_scheduler_node_gpus` metric) are exactly those of the pods the API    |
+|                    | server has bound there: none stays reserved for a pod not in flight        |
 
 Pod names are never reused by the fault workloads, so a pod's `namespace/name` (the key the
 scheduler logs) identifies one UID.
@@ -612,6 +615,31 @@ def check_needless_evictions(records: Iterable[Obj], pods: Iterable[Obj]) -> lis
                     str(record.get("pod")),
                     f"evicted on {record.get('node')} for {preemptor}, which is "
                     + (f"on {landed}" if landed else "still pending"),
+                )
+            )
+    return found
+
+
+def check_reserved_gpus(
+    allocated: Mapping[str, float], pods: Iterable[Obj], nodes: Iterable[Obj]
+) -> list[Violation]:
+    """`reserved_gpus`: per node that both the scheduler (`allocated`: node -> GPUs it counts
+    allocated) and the API server know, the scheduler's count equals the whole GPUs held by the
+    pods bound there (terminating ones included, finished ones not). Call it at rest, when no
+    pod of that scheduler is in flight."""
+    existing = {n["metadata"]["name"] for n in nodes}
+    held = used_on_nodes(pods)
+    found = []
+    for node, counted in sorted(allocated.items()):
+        if node not in existing:
+            continue
+        bound = held.get(node, {}).get(GPU_RESOURCE, Decimal(0))
+        if Decimal(str(counted)) != bound:
+            found.append(
+                Violation(
+                    "reserved_gpus",
+                    node,
+                    f"the scheduler counts {counted:g} GPUs allocated, bound pods hold {bound}",
                 )
             )
     return found

@@ -3,6 +3,7 @@
     audit = Audit(api_client, scheduler_names={"ns"}, logs=lambda: [p.log_path for p in replicas])
     await audit.check("api resets")            # instant invariants on the whole cluster now
     await audit.settle("api resets", 60)       # + every fitting pending pod bound, bounded wait
+    await audit.check_reserved("api resets", "http://127.0.0.1:10261/metrics")  # cache vs API
     audit.violations["api resets"]             # what broke, if anything
 
 Every snapshot lists all pods and nodes of the cluster (every scheduler's pods count), and
@@ -21,12 +22,14 @@ from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from hack.faults.invariants import (
     Violation,
     check_evictions,
     check_fitting_bound,
     check_needless_evictions,
+    check_reserved_gpus,
     check_state,
     evictions_from_log,
     fitting_pending,
@@ -63,6 +66,26 @@ async def snapshot_retrying(core: client.CoreV1Api, attempts: int = 60) -> Snaps
                 raise
             await asyncio.sleep(1.0)
     raise AssertionError("unreachable")
+
+
+async def allocated_gpus(metrics_url: str) -> dict[str, float]:
+    """Node -> GPUs a scheduler counts allocated, summed over NVLink domains, from its
+    `gpu_scheduler_node_gpus{state="allocated"}` samples at `metrics_url`."""
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(metrics_url) as response,
+    ):
+        response.raise_for_status()
+        text = await response.text()
+    allocated: dict[str, float] = defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        if family.name != "gpu_scheduler_node_gpus":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("state") == "allocated":
+                allocated[sample.labels["node"]] += sample.value
+    return dict(allocated)
 
 
 class Audit:
@@ -119,6 +142,26 @@ class Audit:
             *check_state(pods, nodes, self.records()),
             *check_fitting_bound(pods, nodes, self.scheduler_names),
         ]
+        return self._add(fault, found)
+
+    async def check_reserved(
+        self, fault: str, metrics_url: str, timeout_s: float = 30.0
+    ) -> list[Violation]:
+        """`reserved_gpus` at rest: the scheduler serving `metrics_url` counts on each node
+        exactly the GPUs of the pods bound there. Its informers may lag the API server by a
+        moment, so this waits (bounded) for the two to agree before recording what differs."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            pods, nodes = await self.observe()
+            try:
+                found = check_reserved_gpus(await allocated_gpus(metrics_url), pods, nodes)
+            except (TimeoutError, aiohttp.ClientError, OSError) as error:
+                found = [Violation("reserved_gpus", metrics_url, f"unreadable: {error!r}")]
+            if not found or loop.time() > deadline:
+                break
+            await asyncio.sleep(1.0)
+        self.checks += 1
         return self._add(fault, found)
 
     async def watch(self, fault: str, stop: asyncio.Event, interval_s: float = 2.0) -> None:

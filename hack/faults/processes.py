@@ -66,6 +66,12 @@ class SchedulerProcess:
         self.starts = 0
         self.kills = 0
 
+    @property
+    def metrics_url(self) -> str:
+        """Where this replica serves /metrics (its own port, see `__init__`)."""
+        address = yaml.safe_load(self.config_path.read_text())["metricsAddress"]
+        return f"http://{address}/metrics"
+
     def start(self) -> None:
         env = {**os.environ, "POD_NAME": self.name, "PYTHONPATH": str(REPO_ROOT)}
         with self.log_path.open("a") as log:

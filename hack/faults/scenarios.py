@@ -33,6 +33,7 @@ from hack.faults.cluster_faults import (
     restart_kwok,
 )
 from hack.faults.fake_prom import FlakyPrometheus, Mode
+from hack.faults.freeze import stop_on_event
 from hack.faults.invariants import (
     Violation,
     check_stale_writes,
@@ -341,6 +342,56 @@ async def leader_pause(scene: Scene, pods: int, pauses: int = 1) -> Outcome:
         for v in check_stale_writes(read_records(by_name[holder].log_path), at)
     ]
     return Outcome("leader SIGSTOP past Lease", len(resumed), pods, violations + stale)
+
+
+async def sole_leader_freeze(scene: Scene, pods: int, rounds: int = 3) -> Outcome:
+    """One replica with leader election on (Lease 8 s, renew 5 s, retry 1 s, bind timeout 4 s),
+    SIGSTOPped within milliseconds of logging `pod_placed` (its Binding in flight), held past
+    its Lease, then SIGCONT: it loses the Lease and wins it back, with no other replica to bind
+    for it. It must settle the pod it was binding: at rest every pod that fits is bound and no
+    GPU stays reserved for a pod not in flight (`reserved_gpus`), and it wrote nothing between
+    waking and being elected again (`stale_write`)."""
+    await scene.churn_nodes()
+    config = scene.config(leader_election=True, binding={"timeoutSeconds": 4})
+    config["leaderElection"].update(
+        leaseDurationSeconds=8, renewDeadlineSeconds=5, retryPeriodSeconds=1
+    )
+    replica = scene.launch("solo", config)
+    lease = str(config["leaderElection"]["leaseName"])
+    await eventually(lambda: leader(scene.api, scene.namespace, lease), 60, "the replica leading")
+    await synced(replica)
+    audit = scene.audit()
+    delays_ms: list[float] = []
+    resumed: list[float] = []
+
+    def elections() -> int:
+        return sum(1 for r in replica.records() if r.get("event") == "leader_elected")
+
+    async def elected_since(before: int) -> bool:
+        return elections() > before
+
+    async def freeze_loop() -> None:
+        for _ in range(rounds):
+            assert replica.process is not None
+            delay = await stop_on_event(replica.log_path, "pod_placed", replica.process.pid, 60)
+            if delay is None:
+                continue  # nothing was placed: the workload has ended
+            delays_ms.append(delay)
+            before = elections()
+            try:
+                await asyncio.sleep(8 + 3)  # past the Lease
+            finally:
+                resumed.append(time.time())
+                replica.resume()
+            await eventually(partial(elected_since, before), 60, "the replica elected again")
+
+    fault = "sole leader sigstop"
+    violations = await churn_under_fault(audit, scene.workload(), fault, freeze_loop, pods)
+    violations = [*violations, *await audit.check_reserved(fault, replica.metrics_url)]
+    records = replica.records()
+    stale = [v for at in resumed for v in check_stale_writes(records, at)]
+    notes = {"delays_ms": delays_ms, "alive": replica.alive()}
+    return Outcome("sole leader SIGSTOP mid-bind", len(delays_ms), pods, violations + stale, notes)
 
 
 # -- the control plane ----------------------------------------------------------------------------

@@ -2,12 +2,13 @@
 
     python -m hack.faults.soak --pods 2000 --kills 10 --seed 1
 
-`--pods` is shared among the six churn families (API resets, scheduler SIGKILL, leader SIGKILL,
-leader SIGSTOP, API server restart, 410 Gone); the reclaim families (Prometheus faults, victim
-deleted mid-eviction) and the node deletion use a handful of pods each. `--kills` is the number of
-scheduler SIGKILLs; the other injections scale from it. The table lists per family: the faults
-injected, the pods created, and the invariant violations found (0 is the goal). Exit status 1
-when any invariant broke, 2 when a scenario itself failed. Logs stay in `--work-dir`.
+`--pods` is shared among the seven churn families (API resets, scheduler SIGKILL, leader SIGKILL,
+leader SIGSTOP, sole leader SIGSTOP mid-bind, API server restart, 410 Gone); the reclaim families
+(Prometheus faults, victim deleted mid-eviction) and the node deletion use a handful of pods
+each. `--kills` is the number of scheduler SIGKILLs; the other injections scale from it. The
+table lists per family: the faults injected, the pods created, and the invariant violations
+found (0 is the goal). Exit status 1 when any invariant broke, 2 when a scenario itself
+failed. Logs stay in `--work-dir`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ FAMILIES = (
     "sigkill",
     "leader-kill",
     "leader-stop",
+    "sole-stop",
     "apiserver",
     "gone",
     "prometheus",
@@ -47,13 +49,14 @@ FAMILIES = (
 
 def plan(pods: int, kills: int) -> dict[str, Runner]:
     """Each family's scenario with its share of pods and injections."""
-    share = max(pods // 6, 10)
+    share = max(pods // 7, 10)
     some = max(1, kills // 5)
     return {
         "resets": lambda s: scenarios.api_resets(s, share, seconds=max(12.0, share / 8)),
         "sigkill": lambda s: scenarios.scheduler_kills(s, share, kills=kills),
         "leader-kill": lambda s: scenarios.leader_kills(s, share, kills=max(2, kills // 3)),
         "leader-stop": lambda s: scenarios.leader_pause(s, share, pauses=some),
+        "sole-stop": lambda s: scenarios.sole_leader_freeze(s, share, rounds=max(3, some)),
         "apiserver": lambda s: scenarios.apiserver_restarts(s, share, restarts=some),
         "gone": lambda s: scenarios.watch_gone(s, share, times=some),
         "prometheus": scenarios.prometheus_faults,

@@ -9,7 +9,11 @@ Errors are typed, so callers decide by class or property, never by message text:
 
     APIError                     any failed call; `status` is the HTTP status, 0 without an answer
       APITransportError          no answer: connection refused or reset, server disconnected,
-                                 timeout (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+                                 timeout (aiohttp.ClientError, asyncio.TimeoutError, OSError);
+                                 the request may or may not have reached the API server
+      APINotSentError            no request left this process, so nothing was written: the
+                                 write fence refused it (`NotLeader`), or it failed before its
+                                 first byte was sent
       APINotFoundError           404: the object is gone
       APIConflictError           409: a precondition or the object's state does not allow it
         APIAlreadyAssignedError  409 on a Binding: the pod is already bound to a node
@@ -84,6 +88,14 @@ class APITransportError(APIError):
         super().__init__(0, message)
 
 
+class APINotSentError(APIError):
+    """Status 0 with a known outcome: the request never left this process, so the API server
+    changed nothing. A write that failed this way is a plain failure, never an unknown outcome."""
+
+    def __init__(self, message: str, reason: str = "NotSent") -> None:
+        super().__init__(0, message, reason=reason)
+
+
 class APINotFoundError(APIError):
     """404."""
 
@@ -153,7 +165,16 @@ async def api_call(what: str) -> AsyncIterator[None]:
         body = error.body.decode(errors="replace") if isinstance(error.body, bytes) else ""
         raise _from_body(int(error.status or 0), body, str(error.reason or "")) from error
     except TRANSPORT_ERRORS as error:
-        raise APITransportError(f"{what}: {type(error).__name__}: {error}") from error
+        raise APITransportError(f"{what}: {describe(error)}") from error
+
+
+def describe(error: BaseException) -> str:
+    """`Type: message` of a client-side error, never with an empty message: a timeout carries
+    no text of its own (`str(TimeoutError())` is "")."""
+    text = str(error)
+    if not text and isinstance(error, TimeoutError):
+        text = "no answer within the timeout"
+    return f"{type(error).__name__}: {text or 'no message'}"
 
 
 def _from_body(status: int, body: str, fallback: str) -> APIError:

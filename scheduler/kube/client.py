@@ -9,7 +9,9 @@ eviction, events, status patches) need not know about it.
   untouched; every other write is admitted by the fence first (refused: `NotLeader`, nothing
   sent), gets its timeout cut to end within the term, and has its outcome logged: `write_done`
   (any HTTP answer, with its status), `write_failed` (no answer: timeout, connection error,
-  cancellation; `sent` says whether bytes had gone out) or `write_fenced`.
+  cancellation; `sent` says whether bytes had gone out) or `write_fenced`. A write that failed
+  before any byte went out raises `APINotSentError`: the API server cannot have seen it, so its
+  caller knows the outcome (nothing was written) instead of having to read it back.
 - `FencedRequest.send` asks the fence again once the connection is ready, the last step before
   aiohttp writes the request: headers and body are written from `send` without yielding to the
   event loop, so a process paused anywhere before it (a TLS handshake, a full connection pool)
@@ -33,6 +35,12 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.connector import Connection
 from kubernetes_asyncio import client, config
 
+from scheduler.kube.apierrors import (
+    TRANSPORT_ERRORS,
+    APINotSentError,
+    APITransportError,
+    describe,
+)
 from scheduler.kube.fence import NotLeader, WriteFence, is_fenced, short
 
 log = structlog.get_logger("gpu-scheduler.kube.client")
@@ -52,6 +60,9 @@ class _Write:
     path: str
     sent_at: datetime | None = None
     """Wall-clock time the fence last let it go out (None: never sent)."""
+    sent_earlier: datetime | None = None
+    """`sent_at` of an earlier attempt of the same request (aiohttp retries some on a fresh
+    connection), kept when a later attempt is refused before it is sent."""
 
 
 _CURRENT_WRITE: contextvars.ContextVar[_Write | None] = contextvars.ContextVar(
@@ -73,6 +84,7 @@ class FencedRequest(aiohttp.ClientRequest):
         write = _CURRENT_WRITE.get()
         if write is not None:
             write.fence.admit(write.verb, write.path, None)  # raises NotLeader: nothing written
+            write.sent_earlier = write.sent_at
             write.sent_at = datetime.now(UTC)
         return await super().send(conn)
 
@@ -86,7 +98,7 @@ class FencedRequest(aiohttp.ClientRequest):
             except NotLeader as refused:
                 # Only the buffered headers exist: drop them with the connection, and let the
                 # response wait (in `send`'s caller) end with the refusal.
-                write.sent_at = None
+                write.sent_at = write.sent_earlier
                 assert conn.protocol is not None
                 conn.protocol.set_exception(refused)
                 conn.close()
@@ -179,7 +191,9 @@ class FencedApiClient(client.ApiClient):
                 method, url, query_params, headers, post_params, body,
                 _preload_content, _request_timeout,
             )  # fmt: skip
-        except NotLeader:
+        except NotLeader as refused:
+            if write.sent_at is not None:  # an earlier attempt of this request went out
+                raise APITransportError(f"{method} {short(path)}: {refused}") from refused
             raise  # logged by the fence
         except client.ApiException as error:  # an answer, decoded (_preload_content=True)
             _log_done(write, error.status, started)
@@ -194,6 +208,10 @@ class FencedApiClient(client.ApiClient):
                 error=repr(error)[:300],
                 seconds=round(time.monotonic() - started, 3),
             )
+            if write.sent_at is None and isinstance(error, TRANSPORT_ERRORS):
+                raise APINotSentError(
+                    f"not sent: {method} {short(path)}: {describe(error)}"
+                ) from error
             raise
         finally:
             _CURRENT_WRITE.reset(token)

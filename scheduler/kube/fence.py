@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 import structlog
 
-from scheduler.kube.apierrors import APIError
+from scheduler.kube.apierrors import APINotSentError
 
 log = structlog.get_logger("gpu-scheduler.kube.fence")
 
@@ -79,11 +79,11 @@ def short(path: str) -> str:
     return path if len(path) <= MAX_PATH_CHARS else path[: MAX_PATH_CHARS - 3] + "..."
 
 
-class NotLeader(APIError):
+class NotLeader(APINotSentError):
     """A write was refused by the fence and NOT sent (status 0: no answer, nothing written)."""
 
     def __init__(self, verb: str, path: str, why: str) -> None:
-        super().__init__(0, f"not sent: {verb} {short(path)}: {why}", reason="NotLeader")
+        super().__init__(f"not sent: {verb} {short(path)}: {why}", reason="NotLeader")
         self.verb = verb
         self.path = path
         self.why = why

@@ -18,6 +18,7 @@ from hack.faults.invariants import (
     check_fitting_bound,
     check_gpu_indices,
     check_needless_evictions,
+    check_reserved_gpus,
     check_stale_writes,
     check_state,
     evictions_from_log,
@@ -391,3 +392,12 @@ def test_an_eviction_whose_preemptor_did_not_land_there_is_needless() -> None:
     assert [(v.subject, v.detail) for v in found] == [
         ("ns/v2", "evicted on n1 for ns/q, which is still pending")
     ]
+
+
+def test_gpus_the_scheduler_keeps_reserved_for_no_bound_pod_are_reported() -> None:
+    nodes = [node("a"), node("b")]
+    pods = [pod("p", gpus=2, on="a"), pod("q", gpus=1, on="a", phase="Succeeded")]
+    assert check_reserved_gpus({"a": 2.0, "b": 0.0, "gone": 5.0}, pods, nodes) == []
+    (found,) = check_reserved_gpus({"a": 2.0, "b": 7.0}, pods, nodes)
+    assert (found.invariant, found.subject) == ("reserved_gpus", "b")
+    assert "counts 7 GPUs allocated, bound pods hold 0" in found.detail

@@ -81,9 +81,13 @@ class FakeCoreV1:
     """Answers of pod reads: a pod object (200), or an Outcome; with the list empty, the pod
     of the last Binding, unbound (the Binding did not land)."""
     reads: int = 0
+    read_gate: asyncio.Event | None = None
+    """When set, pod reads wait for it (counted in `reads` once they start)."""
 
     async def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> FakeResponse:
         self.reads += 1
+        if self.read_gate is not None:
+            await self.read_gate.wait()
         outcome = self.read_outcomes.pop(0) if self.read_outcomes else None
         if isinstance(outcome, dict):
             return FakeResponse.json(200, outcome)

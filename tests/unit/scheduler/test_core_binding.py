@@ -207,6 +207,14 @@ async def test_api_call_turns_every_client_error_into_status_0(raised: BaseExcep
     assert str(caught.value).startswith("reading a thing: ")
 
 
+async def test_a_timeout_says_what_happened() -> None:
+    """A timeout has no text of its own; the message must not end in an empty "TimeoutError: "."""
+    with pytest.raises(APITransportError) as caught:
+        async with api_call("PodScheduled condition of default/a"):
+            raise TimeoutError
+    assert str(caught.value).endswith("TimeoutError: no answer within the timeout")
+
+
 async def test_api_call_types_the_generated_clients_exceptions() -> None:
     error = ApiException(status=404, reason="Not Found")
     error.body = b'{"kind": "Status", "message": "pods \\"a\\" not found", "reason": "NotFound"}'

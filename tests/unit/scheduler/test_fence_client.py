@@ -14,6 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 from structlog.testing import capture_logs
 
+from scheduler.kube.apierrors import APINotSentError
 from scheduler.kube.client import FencedApiClient, fence_of
 from scheduler.kube.fence import NotLeader, WriteFence
 
@@ -217,3 +218,30 @@ async def test_an_unarmed_fence_keeps_the_configured_timeout() -> None:
         assert fence_of(api) is api.fence
         assert api.fence.remaining() == math.inf
     assert fence_of(client.ApiClient.__new__(client.ApiClient)) is None
+
+
+async def test_a_write_that_times_out_before_it_is_sent_is_known_not_sent(
+    logs: list[dict[str, Any]],
+) -> None:
+    """One connection, held by a slow read: the write times out waiting for it, so no byte of
+    it left the process and the caller is told so (not an outcome to read back)."""
+    recorder = Recorder(delay=3.0)
+    async with serving(recorder) as host:
+        configuration = client.Configuration(host=host)
+        configuration.connection_pool_maxsize = 1
+        api = FencedApiClient(configuration, fence_with(Readings(1.0)))
+        try:
+            core = client.CoreV1Api(api)
+            slow_read = asyncio.ensure_future(
+                core.list_namespaced_pod("ns", _preload_content=False, _request_timeout=10)
+            )
+            await asyncio.sleep(0.2)  # the read holds the only connection
+            with pytest.raises(APINotSentError) as refused:
+                await bind(api, timeout=0.5)
+            (await slow_read).release()
+        finally:
+            await api.close()
+    assert "no answer within the timeout" in str(refused.value)
+    assert recorder.requests == ["GET /api/v1/namespaces/ns/pods HTTP/1.1"]
+    failed = [entry for entry in logs if entry["event"] == "write_failed"]
+    assert len(failed) == 1 and failed[0]["sent"] is False

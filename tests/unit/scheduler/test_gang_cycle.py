@@ -341,3 +341,23 @@ async def test_members_that_finish_before_the_binds_return_still_count_as_bound(
     await h.settle()
     assert h.scheduler.bound == 2
     assert [c[:2] for c in conditions(h)] == [("True", "Scheduled")]
+
+
+async def test_binding_tasks_cancelled_before_they_run_leave_no_member_assumed() -> None:
+    """Leadership lost right after the gang's cycle: every member's pod is forgotten and backed
+    off, none stays assumed with its queue entry in flight."""
+    h, pods, groups = setup(make_node("a", gpus=8), make_node("b", gpus=8))
+    groups.on_add(pod_group(min_count=2))
+    for name in ("w0", "w1"):
+        pods.on_add(member(name, gpus=8))
+    queued = h.queue.pop_nowait()
+    assert queued is not None
+    h.scheduler.schedule_one(queued)
+    for task in asyncio.all_tasks():
+        if task.get_name().startswith("scheduler:bind"):
+            task.cancel()
+    await h.settle()
+    assert h.core.bindings == []
+    for key in ("default/w0", "default/w1"):
+        assert key not in h.cache.pods
+        assert h.queue.where(key) == "backoff"
