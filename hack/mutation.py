@@ -3,7 +3,7 @@
     python -m hack.mutation [MODULE ...] [--max-children 2] [--keep] [-o json]
 
 MODULE is a path from `only_mutate` in pyproject.toml's [tool.mutmut] (default: all of them,
-topology/scoring.py, reclaim/usage.py, reclaim/policy.py and scheduler/queue.py). mutmut copies
+topology/scoring.py, reclaim/usage.py, reclaim/policy.py and scheduler/core/queue.py). mutmut copies
 the packages into ./mutants (git-ignored), mutates each function of the chosen modules, and runs
 only the unit tests that cover the mutated function (it maps tests to functions in a first
 coverage run). A mutant is caught when a test fails or times out; it survives when every test

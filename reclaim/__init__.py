@@ -3,5 +3,5 @@
 Policy read from PriorityClass annotations (`policy`), idle verdicts from GPU usage samples
 (`usage`, `signals`), PromQL building (`promql`), offline replay (`replay`) and the Prometheus HTTP
 adapter (`prometheus`). Nothing here imports `scheduler`: the PostFilter that evicts lives with the
-other plugins in `scheduler.plugins.reclaim`.
+other plugins in `scheduler.postfilter.reclaim`.
 """

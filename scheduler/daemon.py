@@ -18,8 +18,8 @@ Tasks:
 | scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
 |                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
 | allocation-tracking | with reclaim on: GPU indices pods really hold, from dcgm-exporter |
-| gpu-conflicts   | while leading: reports pods sharing a GPU index (scheduler.conflicts)  |
-| gpu-accounting  | every replica: GPU busy/allocated time (scheduler.accounting_task)    |
+| gpu-conflicts   | while leading: reports pods sharing a GPU index (scheduler.core.conflicts)  |
+| gpu-accounting  | every replica: GPU busy/allocated time (scheduler.core.accounting_task)    |
 | admission-webhooks | with webhooks on, every replica: kopf's HTTPS admission server      |
 |                 | (scheduler.admission.server)                                          |
 | http            | /metrics, /healthz, /readyz                                           |
@@ -54,16 +54,19 @@ from metrics.scheduling import SchedulingMetrics
 from metrics.server import make_app, start_server
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
-from scheduler.accounting_task import GpuAccounting
 from scheduler.admission.server import AdmissionWebhooks
-from scheduler.allocation import AllocationTracker
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, split_host_port
-from scheduler.conflicts import ConflictMonitor
-from scheduler.coscheduling import CoschedulingGroupHandler
-from scheduler.cycle import Scheduler
-from scheduler.gangs import GangTracker
-from scheduler.handlers import NodeHandler, PodGroupHandler, PodHandler
+from scheduler.core.accounting_task import GpuAccounting
+from scheduler.core.allocation import AllocationTracker
+from scheduler.core.conflicts import ConflictMonitor
+from scheduler.core.coscheduling import CoschedulingGroupHandler
+from scheduler.core.cycle import Scheduler
+from scheduler.core.handlers import NodeHandler, PodGroupHandler, PodHandler
+from scheduler.core.namespaces import NamespaceLabels
+from scheduler.core.profile import default_framework
+from scheduler.core.queue import SchedulingQueue
+from scheduler.gangs.kueue import InvalidGroupReporter
+from scheduler.gangs.tracker import GangTracker
 from scheduler.kube.binding import bind_rate_limiter
 from scheduler.kube.client import fence_of
 from scheduler.kube.coscheduling import list_coscheduling_groups
@@ -71,15 +74,18 @@ from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.kube.podgroups import list_pod_groups
-from scheduler.kueue_podgroups import InvalidGroupReporter
-from scheduler.namespaces import NamespaceLabels
-from scheduler.objects import PodInfo, trim_node, trim_pod
-from scheduler.plugins.gang_reclaim import GangReclaimer
-from scheduler.plugins.reclaim import NominatedNode, PodWatch, PolicyStore, Reclaimer, UsageSource
-from scheduler.profile import default_framework
-from scheduler.queue import SchedulingQueue
-from scheduler.readings import domain_gpus
-from scheduler.volumes import ClaimHandler, ClassHandler, VolumeHandler
+from scheduler.model.objects import PodInfo, trim_node, trim_pod
+from scheduler.model.volumes import ClaimHandler, ClassHandler, VolumeHandler
+from scheduler.postfilter.gang_reclaim import GangReclaimer
+from scheduler.postfilter.reclaim import (
+    NominatedNode,
+    PodWatch,
+    PolicyStore,
+    Reclaimer,
+    UsageSource,
+)
+from scheduler.state.cache import ClusterCache
+from scheduler.state.readings import domain_gpus
 
 log = structlog.get_logger("gpu-scheduler.daemon")
 

@@ -9,10 +9,11 @@ or those named by `--node-types`, each node with a random part of its GPUs in us
 `size` members, each asking for `member-gpus` GPUs, is placed in two ways, one after the other
 in this process:
 
-- gang: `scheduler.gang_cycle.plan_gang` (all `size` members needed), what the daemon's gang
+- gang: `scheduler.gangs.planning.plan_gang` (all `size` members needed), what the daemon's gang
   cycle runs: each member filtered and scored on the nodes left, assumed before the next;
 - one by one: the single-pod cycle's path per member (`Framework.evaluate` on a fresh snapshot,
-  `scheduler.cycle.place`, `ClusterCache.assume`), stopping at the first member that finds no node.
+  `scheduler.core.cycle.place`, `ClusterCache.assume`), stopping at the first member that finds no
+  node.
 
 Both are timed from the first member to the last assumption; afterwards (untimed) every member is
 forgotten, so each repeat starts from the same cache. The two alternate `repeats` times and the
@@ -33,14 +34,14 @@ from dataclasses import asdict, dataclass
 from hack.bench.gang_workload import RACK_LABEL
 from hack.bench.growth import fit_line
 from hack.bench.kernel import bench_pod, build_cache, int_list, node_types
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
-from scheduler.cycle import place
+from scheduler.core.cycle import place
+from scheduler.core.profile import default_framework
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.gang_cycle import plan_gang
-from scheduler.objects import PodInfo, parse_pod
-from scheduler.profile import default_framework
+from scheduler.gangs.planning import plan_gang
+from scheduler.model.objects import PodInfo, parse_pod
+from scheduler.state.cache import ClusterCache
 from topology.scoring import NO_NODE
 
 

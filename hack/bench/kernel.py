@@ -48,12 +48,12 @@ import numpy as np
 from hack.bench.gang_workload import RACK_LABEL
 from hack.bench.growth import exponent, fit_line
 from hack.localcluster.nodes import SEED_NODE_TYPES, NodeSpec, node_manifest
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
+from scheduler.core.profile import default_framework
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo, parse_node, parse_pod
-from scheduler.profile import default_framework
+from scheduler.model.objects import PodInfo, parse_node, parse_pod
+from scheduler.state.cache import ClusterCache
 from topology.reference import reference_score
 
 POD_SIZES = (1, 2, 4, 8)

@@ -13,8 +13,8 @@ Why this method:
   whose V(10) log names every feasible node (reference.py explains the source facts). Reading the
   log costs one scheduling cycle per pod; pinning a copy of the pod to each node would cost one
   per node and pod, hundreds of times slower.
-- gpu-scheduler's side runs the daemon's own profile (scheduler/profile.py default_framework) on
-  a cache filled by the daemon's parse functions from a fresh list of the same API objects
+- gpu-scheduler's side runs the daemon's own profile (scheduler/core/profile.py default_framework)
+  on a cache filled by the daemon's parse functions from a fresh list of the same API objects
   (ours.py), so the comparison sees what the daemon would see, without a second daemon's timing.
 - Pods are judged one at a time and deleted with grace period 0 before the next is created: a
   watch delivers one resource's events in order, so kube-scheduler has seen the deletion before

@@ -1,7 +1,7 @@
 """gpu-scheduler's side: the nodes its profile's filters accept for a pod, against live state.
 
-The cache is filled the way the daemon's informer handlers fill it (scheduler/handlers.py,
-scheduler/namespaces.py): every Node through `parse_node`, every bound Pod through `parse_pod`,
+The cache is filled the way the daemon's informer handlers fill it (scheduler/core/handlers.py,
+scheduler/core/namespaces.py): every Node through `parse_node`, every bound Pod through `parse_pod`,
 Namespace labels for namespaceSelector. Then `default_framework(...).evaluate` (the daemon's
 filters and narrowers, in profile order) gives the feasible rows and, per rejected node, the
 first plugin that rejected it. A pod with invalid or unsupported fields is feasible nowhere, as in
@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
+from scheduler.core.namespaces import NamespaceLabels
+from scheduler.core.profile import default_framework
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.namespaces import NamespaceLabels
-from scheduler.objects import parse_node, parse_pod
-from scheduler.profile import default_framework
+from scheduler.model.objects import parse_node, parse_pod
+from scheduler.state.cache import ClusterCache
 
 INVALID = "InvalidPod"
 UNSUPPORTED = "Unsupported"

@@ -39,7 +39,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from scheduler.quantity import QuantityError, parse_quantity
+from scheduler.model.quantity import QuantityError, parse_quantity
 
 Obj = Mapping[str, Any]
 """A Kubernetes object as the API returns it (JSON)."""

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 if TYPE_CHECKING:
     from scheduler.framework.snapshot import Snapshot
-    from scheduler.objects import PodInfo
+    from scheduler.model.objects import PodInfo
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]

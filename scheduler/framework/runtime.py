@@ -31,7 +31,7 @@ from scheduler.framework.interface import (
     ScorePlugin,
 )
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo
+from scheduler.model.objects import PodInfo
 from topology.scoring import pick_best
 
 NO_NODE = -1

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.cache import ClusterCache, GpuStateArrays, LabelColumn
-from scheduler.objects import GPU, Taint
+from scheduler.model.objects import GPU, Taint
+from scheduler.state.cache import ClusterCache, GpuStateArrays, LabelColumn
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import CPU, GPU, MEMORY, PodInfo
+from scheduler.model.objects import CPU, GPU, MEMORY, PodInfo
+from scheduler.state.cache import ClusterCache
 
 Float32Array = npt.NDArray[np.float32]
 

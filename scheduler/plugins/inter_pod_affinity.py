@@ -37,11 +37,11 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from scheduler.cache import RESERVATION_PREFIX, PodState
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo
-from scheduler.pod_affinity import PodAffinityTerm
+from scheduler.model.objects import PodInfo
+from scheduler.model.pod_affinity import PodAffinityTerm
+from scheduler.state.cache import RESERVATION_PREFIX, PodState
 
 NAME = "InterPodAffinity"
 AFFINITY_REASON = "node(s) didn't match pod affinity rules"

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo
-from scheduler.podfields import BIND_ALL, HostPort
+from scheduler.model.objects import PodInfo
+from scheduler.model.podfields import BIND_ALL, HostPort
+from scheduler.state.cache import ClusterCache
 
 NAME = "NodePorts"
 REASON = "node(s) didn't have free ports for the requested pod ports"

@@ -24,10 +24,10 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.cache import GpuStateArrays
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo
+from scheduler.model.objects import PodInfo
+from scheduler.state.cache import GpuStateArrays
 from topology.scoring import DEFAULT_WEIGHTS, ScoreBreakdown, ScoreWeights, normalize, score_nodes
 
 NAME = "NVLink"

@@ -4,7 +4,7 @@ extended resources (example.com/foo, hugepages-*).
 A node fails for every resource whose free amount (allocatable minus what the pods counted on it
 request) is below the pod's request, with kube-scheduler's reasons ("Insufficient cpu",
 "Too many pods"). Evicting pods can fix these, so the rejections are resolvable. The pod's
-request is kube-scheduler's effective request (see `scheduler.objects.pod_requests`: init
+request is kube-scheduler's effective request (see `scheduler.model.objects.pod_requests`: init
 containers, sidecars, pod-level resources, overhead).
 
 Extended resources have no columns in the cache: few pods ask for them, so their free amount is
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PODS, RESOURCES, PodInfo
+from scheduler.model.objects import PODS, RESOURCES, PodInfo
+from scheduler.state.cache import ClusterCache
 from topology.text import clip
 
 NAME = "NodeResourcesFit"

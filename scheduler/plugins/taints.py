@@ -13,7 +13,7 @@ import numpy as np
 
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo, Taint, Toleration
+from scheduler.model.objects import PodInfo, Taint, Toleration
 
 TAINT_NAME = "TaintToleration"
 UNSCHEDULABLE_NAME = "NodeUnschedulable"

@@ -47,10 +47,10 @@ import numpy.typing as npt
 
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo
+from scheduler.model.objects import PodInfo
+from scheduler.model.spread import HONOR, PodSelector, SpreadConstraint
 from scheduler.plugins.node_affinity import required_matches
 from scheduler.plugins.taints import first_untolerated
-from scheduler.spread import HONOR, PodSelector, SpreadConstraint
 
 NAME = "PodTopologySpread"
 REASON_SKEW = "node(s) didn't match pod topology spread constraints"

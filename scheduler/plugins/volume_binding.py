@@ -11,7 +11,7 @@
                                 not exist rejects every node it is checked on
       unbound WaitForFirstConsumer claims
                                 distinct available PVs whose nodeAffinity fits the node
-                                (`scheduler.volumes.match_claims`), or, for the claims left
+                                (`scheduler.model.volumes.match_claims`), or, for the claims left
                                 without one, dynamic provisioning: a provisioner other than
                                 kubernetes.io/no-provisioner and allowedTopologies matching the
                                 node ("node(s) didn't find available persistent volumes to bind")
@@ -42,13 +42,11 @@ import numpy as np
 import numpy.typing as npt
 from kubernetes_asyncio import client
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.interface import BoolArray, CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.volumes import SELECTED_NODE_ANNOTATION, prebind_volume, select_node
-from scheduler.objects import NodeSelectorTerm, PodInfo, SelectorRequirement
-from scheduler.plugins.node_affinity import term_matches
-from scheduler.volumes import (
+from scheduler.model.objects import NodeSelectorTerm, PodInfo, SelectorRequirement
+from scheduler.model.volumes import (
     Claim,
     ClaimRef,
     Volume,
@@ -56,6 +54,8 @@ from scheduler.volumes import (
     find_matching_volume,
     match_claims,
 )
+from scheduler.plugins.node_affinity import term_matches
+from scheduler.state.cache import ClusterCache
 from topology.text import clip
 
 NAME = "VolumeBinding"

@@ -31,15 +31,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-from scheduler.cache import ClusterCache
 from scheduler.config import config_from_args
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import parse_node, parse_pod
+from scheduler.model.objects import parse_node, parse_pod
+from scheduler.model.unsupported import unsupported_reasons
 from scheduler.plugins.node_affinity import NAME as AFFINITY
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.nvlink import NVLink
-from scheduler.plugins.unsupported import unsupported_reasons
+from scheduler.state.cache import ClusterCache
 from scheduler.tools.errors import (
     EXIT_RUNTIME,
     CommandError,
@@ -282,7 +282,7 @@ def run_explain(args: argparse.Namespace) -> int:
     """The `explain` handler. Errors the user can fix raise `CommandError` (or the configuration's
     `ConfigError`), which the CLI entry prints as one line. A gang member (or `--pod-group`)
     prints the plan of its whole gang (`scheduler.tools.explain_gang`)."""
-    from scheduler.profile import default_framework
+    from scheduler.core.profile import default_framework
 
     settings = config_from_args(args, os.environ)
     gang: Gang | None = None

@@ -4,7 +4,7 @@
     gpu-scheduler explain --pod-group NAMESPACE/NAME ...
     gpu-scheduler explain --pod-file MEMBER.yaml --cluster DUMP.yaml   (DUMP with the PodGroup)
 
-The daemon places a gang in one cycle (`scheduler.cycle`, `_schedule_gang`); this module
+The daemon places a gang in one cycle (`scheduler.core.cycle`, `_schedule_gang`); this module
 rebuilds that cycle's inputs from plain API objects and runs the same `plan_gang` on them:
 
 - the cache holds every Node and every bound, unfinished Pod (any scheduler), as the daemon's;
@@ -28,10 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.runtime import Framework
-from scheduler.gang_cycle import plan_gang
-from scheduler.gangs import (
+from scheduler.gangs.planning import plan_gang
+from scheduler.gangs.tracker import (
     COSCHEDULING_SOURCE,
     GangTracker,
     PodGroupInfo,
@@ -39,7 +38,8 @@ from scheduler.gangs import (
     parse_coscheduling_group,
     parse_pod_group,
 )
-from scheduler.objects import COSCHEDULING_PREFIX, PodInfo, parse_node, parse_pod
+from scheduler.model.objects import COSCHEDULING_PREFIX, PodInfo, parse_node, parse_pod
+from scheduler.state.cache import ClusterCache
 from scheduler.tools.errors import EXIT_RUNTIME, CommandError
 from topology.text import clip
 

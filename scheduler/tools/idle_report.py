@@ -39,9 +39,9 @@ from reclaim.policy import PolicyResult, PolicyStatus, VictimFacts, parse_policy
 from reclaim.prometheus import PrometheusClient, PrometheusQueryFailed
 from reclaim.promql import LabelNames
 from reclaim.signals import GpuWindow
-from scheduler.accounting_task import holder_of, measure_of
 from scheduler.config import ConfigError, SchedulerConfig, add_config_flags, config_from_args
-from scheduler.objects import PodInfo, parse_pod
+from scheduler.core.accounting_task import holder_of, measure_of
+from scheduler.model.objects import PodInfo, parse_pod
 
 JsonObject = dict[str, Any]
 PERIOD_S = 60.0

@@ -8,7 +8,7 @@ topology key, arrival time and run time), read from YAML (`read_gangs`) or drawn
 seeded with `--seed` (`random_gangs`). Time moves from event to event (arrivals, gang ends); at
 each event every waiting gang is tried in arrival order:
 
-- `gpu-scheduler`: the daemon's gang cycle, `scheduler.gang_cycle.plan_gang` with the daemon's
+- `gpu-scheduler`: the daemon's gang cycle, `scheduler.gangs.planning.plan_gang` with the daemon's
   framework: at least minCount members placed at once (all that fit, up to every member), or
   none; members already placed count and pin the topology value. A started gang's remaining
   members are tried again at later events.
@@ -20,7 +20,7 @@ each event every waiting gang is tried in arrival order:
 A gang starts when minCount of its members are placed, runs `duration` seconds, then all its
 members leave. The run ends when no event is left; a gang that never started is stuck (with a
 partial placement, pod by pod, its members hold their GPUs for ever). Every policy sees the same
-gangs; GPU indices come from `scheduler.cycle.place` (pod by pod) or the plan (gangs).
+gangs; GPU indices come from `scheduler.core.cycle.place` (pod by pod) or the plan (gangs).
 
 Reported per policy (`GangResult.as_json`):
 
@@ -47,13 +47,13 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
-from scheduler.cycle import place
+from scheduler.core.cycle import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.gang_cycle import plan_gang
-from scheduler.objects import GPU, NodeInfo, PodInfo, parse_pod
+from scheduler.gangs.planning import plan_gang
+from scheduler.model.objects import GPU, NodeInfo, PodInfo, parse_pod
+from scheduler.state.cache import ClusterCache
 from scheduler.tools.simulate_policies import GPU_SCHEDULER, POLICIES, gpu_scheduler_framework
 from scheduler.tools.simulate_trace import (
     TraceError,

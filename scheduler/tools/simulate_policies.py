@@ -1,12 +1,12 @@
 """Placement policies compared by `gpu-scheduler simulate`, each a `Framework`.
 
-Every policy runs the production filters (`scheduler.profile.default_framework`'s filter list:
+Every policy runs the production filters (`scheduler.core.profile.default_framework`'s filter list:
 NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit, NVLink), so the nodes a pod
 may go to are the same under every policy and only the choice among them differs:
 
 - `gpu-scheduler`: `default_framework(settings)` unchanged: the filters, Narrow (keep multi-GPU
   pods inside one NVLink domain when any feasible node allows it), the NVLink-domain score and
-  preferred node affinity. GPU indices from `scheduler.cycle.place`.
+  preferred node affinity. GPU indices from `scheduler.core.cycle.place`.
 - `least-allocated`: kube-scheduler's default spreading, NodeResourcesFit with the
   LeastAllocated strategy (kubernetes pkg/scheduler/framework/plugins/noderesources/
   least_allocated.go and resource_allocation.go). Per resource r with allocatable `a > 0` and
@@ -38,7 +38,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import CPU, GPU, MEMORY, PodInfo
+from scheduler.model.objects import CPU, GPU, MEMORY, PodInfo
 
 IntMatrix = npt.NDArray[np.int64]
 BoolMatrix = npt.NDArray[np.bool_]
@@ -146,7 +146,7 @@ class NoPreference:
 
 def gpu_scheduler_framework(settings: SchedulerConfig, seed: int) -> Framework:
     """The daemon's profile exactly, with the tie-break generator seeded with `seed`."""
-    from scheduler.profile import default_framework
+    from scheduler.core.profile import default_framework
 
     scoring = replace(settings.scoring, seed=seed)
     return default_framework(replace(settings, scoring=scoring))
@@ -173,4 +173,5 @@ POLICIES: dict[str, Callable[[SchedulerConfig, int], Framework]] = {
 """Policy name -> builder of its Framework from the settings and the run's seed."""
 
 NVLINK_AWARE = frozenset({GPU_SCHEDULER})
-"""Policies that choose GPU indices with `scheduler.cycle.place`; the others are the baselines."""
+"""Policies that choose GPU indices with `scheduler.core.cycle.place`; the others are the
+baselines."""

@@ -50,8 +50,8 @@ from typing import Any
 
 import yaml
 
-from scheduler.objects import GPU_RESOURCE
-from scheduler.quantity import QuantityError, base_units, cpu_millis
+from scheduler.model.objects import GPU_RESOURCE
+from scheduler.model.quantity import QuantityError, base_units, cpu_millis
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, TopologyError, parse_domains
 from topology.text import clip, quote
 
@@ -133,7 +133,7 @@ def parse_domain_overrides(values: Iterable[str]) -> dict[int, str]:
 
 
 def node_object(node: TraceNode, layouts: Mapping[int, str]) -> dict[str, Any]:
-    """The Node JSON of `node` (what an informer would deliver) for `scheduler.objects`."""
+    """The Node JSON of `node` (what an informer would deliver) for `scheduler.model.objects`."""
     allocatable = {
         "cpu": node.cpu,
         "memory": node.memory,

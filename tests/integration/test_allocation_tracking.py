@@ -6,7 +6,7 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import G2_EXPANSION, LocalCluster
 from reclaim.prometheus import PrometheusClient
-from scheduler.allocation import AllocationTracker
+from scheduler.core.allocation import AllocationTracker
 from tests.kube import bind, eventually, gpu_pod
 from tests.scheduling import isolated, make_nodes, running_daemon, settings_for
 

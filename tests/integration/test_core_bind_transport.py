@@ -22,7 +22,7 @@ from aiohttp import web
 from kubernetes_asyncio import client, config
 
 from hack.localcluster import G2_EXPANSION, LocalCluster
-from scheduler.cache import ClusterCache
+from scheduler.state.cache import ClusterCache
 from tests.kube import eventually
 from tests.scheduling import (
     gpus_of,

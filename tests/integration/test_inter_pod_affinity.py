@@ -11,13 +11,13 @@ import numpy as np
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
-from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import parse_node, parse_pod
+from scheduler.model.objects import parse_node, parse_pod
 from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
+from scheduler.state.cache import ClusterCache
 from tests.kube import bind, eventually, gpu_pod
 from tests.scheduling import (
     TEST_LABEL,

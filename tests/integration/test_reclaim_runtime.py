@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import LocalCluster, NodeSpec
 from reclaim.prometheus import PrometheusClient
-from scheduler.allocation import AllocationTracker
+from scheduler.core.allocation import AllocationTracker
 from tests.integration.test_reclaim import (
     H200_PAIR,
     POLICY,

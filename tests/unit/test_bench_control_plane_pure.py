@@ -20,8 +20,8 @@ from hack.bench.control_plane import (
     ratios,
     with_features,
 )
-from scheduler.gangs import parse_pod_group
-from scheduler.objects import parse_pod
+from scheduler.gangs.tracker import parse_pod_group
+from scheduler.model.objects import parse_pod
 
 
 def test_kube_scheduler_qps_defaults_high_enough_not_to_throttle() -> None:

@@ -12,7 +12,7 @@ from hack.bench import gang_kernel, kernel
 from hack.bench.gang_workload import RACK_LABEL
 from hack.bench.growth import exponent, fit_line
 from scheduler.config import SchedulerConfig
-from scheduler.profile import default_framework
+from scheduler.core.profile import default_framework
 from tests.datasets import REPO_ROOT
 from tests.docs import section_blocks
 

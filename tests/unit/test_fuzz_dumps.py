@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
-from scheduler.profile import default_framework
+from scheduler.core.profile import default_framework
 from scheduler.tools.explain import explain, load_dump
 from scheduler.tools.simulate_trace import (
     NODE_COLUMNS,

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.objects import (
+from scheduler.model.objects import (
     GPU,
     MAX_ERRORS_TEXT,
     MAX_NODE_GPUS,

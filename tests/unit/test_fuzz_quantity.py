@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.quantity import QuantityError, base_units, cpu_millis, parse_quantity
+from scheduler.model.quantity import QuantityError, base_units, cpu_millis, parse_quantity
 from tests.fuzzing import FUZZ, bounded, huge, huge_integers, json_values
 
 quantity_like = st.from_regex(

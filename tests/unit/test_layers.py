@@ -14,7 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("scheduler", "topology", "reclaim", "metrics")
 
-LEAVES = {"scheduler.config", "scheduler.objects", "scheduler.quantity", "scheduler.logging"}
+LEAVES = {
+    "scheduler.config",
+    "scheduler.model.objects",
+    "scheduler.model.quantity",
+    "scheduler.logging",
+}
 """Modules of `scheduler` that import no other layer of it; any layer may use them."""
 
 
@@ -95,12 +100,12 @@ def test_the_layers_hold() -> None:
 @pytest.mark.parametrize(
     ("module", "target"),
     [
-        ("reclaim.usage", "scheduler.cache"),
+        ("reclaim.usage", "scheduler.state.cache"),
         ("topology.scoring", "reclaim.usage"),
         ("metrics.server", "reclaim.policy"),
-        ("scheduler.kube.binding", "scheduler.cache"),
-        ("scheduler.cycle", "scheduler.tools.explain"),
-        ("scheduler.plugins.reclaim", "scheduler.daemon"),
+        ("scheduler.kube.binding", "scheduler.state.cache"),
+        ("scheduler.core.cycle", "scheduler.tools.explain"),
+        ("scheduler.postfilter.reclaim", "scheduler.daemon"),
     ],
 )
 def test_each_rule_catches_an_upward_import(module: str, target: str) -> None:
@@ -109,9 +114,9 @@ def test_each_rule_catches_an_upward_import(module: str, target: str) -> None:
 
 def test_downward_imports_are_allowed() -> None:
     for module, target in [
-        ("scheduler.cycle", "scheduler.kube.binding"),
+        ("scheduler.core.cycle", "scheduler.kube.binding"),
         ("scheduler.kube.leader", "scheduler.config"),
-        ("scheduler.plugins.reclaim", "reclaim.usage"),
+        ("scheduler.postfilter.reclaim", "reclaim.usage"),
         ("scheduler.cli", "scheduler.tools.explain"),
         ("reclaim.replay", "reclaim.usage"),
     ]:

@@ -9,7 +9,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
+from scheduler.core.queue import QueueClosed, QueuedPod, SchedulingQueue
 
 
 class FakeClock:

@@ -4,9 +4,9 @@ and the count of gated pods the pod handler keeps."""
 from __future__ import annotations
 
 from metrics.collectors import DomainGPUs
-from scheduler.handlers import PodHandler
-from scheduler.objects import parse_node
-from scheduler.readings import domain_gpus
+from scheduler.core.handlers import PodHandler
+from scheduler.model.objects import parse_node
+from scheduler.state.readings import domain_gpus
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, pod_info
 from tests.unit.scheduler.core_api_double import harness
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.state.cache import ClusterCache
 from topology.domains import NVLINK_DOMAINS_ANNOTATION
 from topology.occupancy import GPUS_ANNOTATION
 

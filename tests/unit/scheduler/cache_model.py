@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import GPU
+from scheduler.model.objects import GPU
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import node_info, pod_info
 from topology.occupancy import choose_gpus
 

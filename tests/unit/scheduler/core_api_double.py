@@ -17,13 +17,13 @@ from typing import Any, cast
 
 from aiolimiter import AsyncLimiter
 
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
-from scheduler.cycle import Scheduler
+from scheduler.core.cycle import Scheduler
+from scheduler.core.profile import default_framework
+from scheduler.core.queue import SchedulingQueue
 from scheduler.kube.events import EventRecorder
-from scheduler.objects import PodInfo
-from scheduler.profile import default_framework
-from scheduler.queue import SchedulingQueue
+from scheduler.model.objects import PodInfo
+from scheduler.state.cache import ClusterCache
 
 Outcome = int | tuple[int, str] | BaseException
 """201 / (409, "message") / an exception to raise."""

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-import scheduler.plugins.reclaim as reclaim_plugin
+import scheduler.postfilter.reclaim as reclaim_plugin
 from reclaim.policy import (
     MINIMUM_PREEMPTABLE_PRIORITY,
     RESOURCE_IDLE_SECONDS,
@@ -18,14 +18,14 @@ from reclaim.policy import (
     TOLERATION_SECONDS,
 )
 from reclaim.signals import GpuWindow
-from scheduler.cache import ClusterCache
 from scheduler.config import PreemptionConfig, ReclaimConfig, SchedulerConfig
+from scheduler.core.profile import default_framework
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.eviction import EvictionResult
-from scheduler.objects import PodInfo
-from scheduler.pdb import PdbStore
-from scheduler.plugins.reclaim import NominatedNode, PolicyStore, Reclaimer
-from scheduler.profile import default_framework
+from scheduler.model.objects import PodInfo
+from scheduler.postfilter.reclaim import NominatedNode, PolicyStore, Reclaimer
+from scheduler.state.cache import ClusterCache
+from scheduler.victims.pdb import PdbStore
 from tests.unit.scheduler.builders import Json, make_pod
 
 IDLE_CLASS = "idle-ok"

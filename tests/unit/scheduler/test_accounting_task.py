@@ -7,8 +7,8 @@ from structlog.testing import capture_logs
 
 from reclaim.prometheus import PrometheusClient, PrometheusUnavailable, Sample
 from reclaim.promql import SIGNAL_LABEL
-from scheduler.accounting_task import GpuAccounting, cache_holders
-from scheduler.cache import ClusterCache
+from scheduler.core.accounting_task import GpuAccounting, cache_holders
+from scheduler.state.cache import ClusterCache
 from tests.scheduling import settings_for
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 

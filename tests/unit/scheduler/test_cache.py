@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from scheduler.cache import INITIAL_ROWS, ClusterCache
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import CPU, GPU, MEMORY, PODS
+from scheduler.model.objects import CPU, GPU, MEMORY, PODS
+from scheduler.state.cache import INITIAL_ROWS, ClusterCache
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, node_info, pod_info, taint
 from tests.unit.scheduler.cache_model import Op, apply, check_consistent, ops
 

@@ -13,8 +13,8 @@ from kubernetes_asyncio import client
 
 import scheduler.daemon
 from hack.localcluster.cluster import free_port
+from scheduler.core.handlers import PodHandler
 from scheduler.daemon import Daemon
-from scheduler.handlers import PodHandler
 from scheduler.kube.informer import Informer
 from tests.scheduling import settings_for
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, node_info, pod_info

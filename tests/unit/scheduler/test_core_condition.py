@@ -8,11 +8,11 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-import scheduler.cycle
-from scheduler.handlers import PodHandler
+import scheduler.core.cycle
+from scheduler.core.handlers import PodHandler
 from scheduler.kube.apierrors import APIError, APITransportError
 from scheduler.kube.binding import set_unschedulable
-from scheduler.objects import PodInfo, parse_pod
+from scheduler.model.objects import PodInfo, parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, pod_info
 from tests.unit.scheduler.core_api_double import FakeCoreV1, Harness, harness
 
@@ -108,7 +108,7 @@ async def test_condition_marks_are_pruned_when_the_pod_is_deleted_or_bound() -> 
 
 
 async def test_condition_marks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler.cycle, "MAX_CONDITION_MARKS", 3)
+    monkeypatch.setattr(scheduler.core.cycle, "MAX_CONDITION_MARKS", 3)
     h = full_cluster()
     for i in range(6):
         h.add(pod_info(f"p{i}", gpus=1))

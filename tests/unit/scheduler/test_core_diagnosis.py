@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
+from scheduler.core.profile import default_framework
 from scheduler.framework.interface import Rejection
 from scheduler.framework.runtime import NO_NODE, Diagnosis
 from scheduler.framework.snapshot import Snapshot
-from scheduler.profile import default_framework
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, pod_info, taint
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.coscheduling import CoschedulingGroupHandler
-from scheduler.gangs import (
+from scheduler.core.coscheduling import CoschedulingGroupHandler
+from scheduler.core.handlers import PodHandler
+from scheduler.gangs.tracker import (
     COSCHEDULING_SOURCE,
     GangTracker,
     gang_key,
     parse_coscheduling_group,
     parse_pod_group,
 )
-from scheduler.handlers import PodHandler
-from scheduler.objects import COSCHEDULING_LABEL, parse_pod
+from scheduler.model.objects import COSCHEDULING_LABEL, parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import harness
 from tests.unit.scheduler.test_gangs import member, pod_group

@@ -12,7 +12,7 @@ import yaml
 
 from scheduler.cli import main
 from scheduler.config import SchedulerConfig
-from scheduler.profile import default_framework
+from scheduler.core.profile import default_framework
 from scheduler.tools.explain_gang import (
     BOUND,
     NOT_TRIED,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from scheduler.conflicts import MAX_LISTED, ConflictMonitor, GpuConflict, find_conflicts
+from scheduler.core.conflicts import MAX_LISTED, ConflictMonitor, GpuConflict, find_conflicts
 from scheduler.kube.leader import AlwaysLeader
-from scheduler.objects import parse_pod
+from scheduler.model.objects import parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 
 

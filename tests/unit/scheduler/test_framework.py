@@ -10,14 +10,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
-from scheduler.cycle import Placement, place
+from scheduler.core.cycle import Placement, place
+from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.runtime import NO_NODE, Diagnosis, Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import PodInfo
-from scheduler.profile import default_framework
+from scheduler.model.objects import PodInfo
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import (
     cluster,
     make_node,

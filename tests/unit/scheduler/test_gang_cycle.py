@@ -8,13 +8,13 @@ from typing import Any, cast
 
 import pytest
 
-from scheduler import gang_cycle
 from scheduler.config import SchedulerConfig
-from scheduler.gang_cycle import GangRequest, plan_gang
-from scheduler.gangs import GangTracker
-from scheduler.handlers import PodGroupHandler, PodHandler
-from scheduler.objects import parse_pod
-from scheduler.profile import default_framework
+from scheduler.core.handlers import PodGroupHandler, PodHandler
+from scheduler.core.profile import default_framework
+from scheduler.gangs.planning import GangRequest, plan_gang
+from scheduler.gangs.tracker import GangTracker
+from scheduler.gangs import planning as gang_cycle
+from scheduler.model.objects import parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import FakeResponse, Harness, harness
 from tests.unit.scheduler.test_gangs import member, pod_group

@@ -10,12 +10,12 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-import scheduler.plugins.gang_reclaim as gang_plugin
-import scheduler.plugins.victims as victims_plugin
-from scheduler.gang_cycle import GangRequest
-from scheduler.gangs import GangTracker, parse_pod_group
-from scheduler.objects import parse_pod
-from scheduler.plugins.gang_reclaim import GangReclaimer
+import scheduler.postfilter.gang_reclaim as gang_plugin
+import scheduler.victims.candidates as victims_plugin
+from scheduler.gangs.planning import GangRequest
+from scheduler.gangs.tracker import GangTracker, parse_pod_group
+from scheduler.model.objects import parse_pod
+from scheduler.postfilter.gang_reclaim import GangReclaimer
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.reclaim_doubles import Rig, make_rig, policy, victim_pod
 from tests.unit.scheduler.test_gangs import member, pod_group

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.gang_victims import (
+from scheduler.gangs.planning import gang_priority
+from scheduler.victims.gangs import (
     GANG_UNIT_PREFIX,
     VictimGang,
     VictimPod,
     broken_gangs,
     choose_units,
-    gang_priority,
     victim_units,
 )
-from scheduler.preemption import Candidate, NodeVictims, pick_node, select_victims
+from scheduler.victims.preemption import Candidate, NodeVictims, pick_node, select_victims
 
 
 def pod(key: str, gpus: int = 2, priority: int = 0, gang: str = "") -> VictimPod:
@@ -143,9 +143,9 @@ def test_select_victims_removes_a_gang_candidate_with_all_its_members() -> None:
 
 
 def test_a_pod_group_without_a_class_preempts_with_its_members_priority() -> None:
-    from scheduler.gang_cycle import GangRequest
-    from scheduler.gangs import parse_pod_group
-    from scheduler.objects import parse_pod
+    from scheduler.gangs.planning import GangRequest
+    from scheduler.gangs.tracker import parse_pod_group
+    from scheduler.model.objects import parse_pod
     from tests.unit.scheduler.test_gangs import member, pod_group
 
     members = tuple(parse_pod(member(f"w{i}", priority=p)) for i, p in enumerate((500, 700)))

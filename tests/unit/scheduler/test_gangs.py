@@ -1,13 +1,13 @@
-"""The gang model (PodGroups, `scheduler.gangs`) and PreEnqueue for gang members: a member is
-held back until its PodGroup exists and minCount of its pods exist, then all are queued."""
+"""The gang model (PodGroups, `scheduler.gangs.tracker`) and PreEnqueue for gang members: a member
+is held back until its PodGroup exists and minCount of its pods exist, then all are queued."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from scheduler.gangs import GangTracker, gang_key, parse_pod_group
-from scheduler.handlers import PodGroupHandler, PodHandler
-from scheduler.objects import parse_pod
+from scheduler.core.handlers import PodGroupHandler, PodHandler
+from scheduler.gangs.tracker import GangTracker, gang_key, parse_pod_group
+from scheduler.model.objects import parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import Harness, harness
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.handlers import PodHandler
-from scheduler.objects import parse_pod
+from scheduler.core.handlers import PodHandler
+from scheduler.model.objects import parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import Harness, harness
 

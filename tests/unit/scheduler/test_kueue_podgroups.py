@@ -8,9 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-from scheduler.gangs import GangTracker, gang_key
-from scheduler.handlers import PodHandler
-from scheduler.kueue_podgroups import (
+from scheduler.core.handlers import PodHandler
+from scheduler.gangs.kueue import (
     KUEUE_SOURCE,
     MAX_PROBLEMS,
     TOTAL_COUNT_ANNOTATION,
@@ -19,7 +18,8 @@ from scheduler.kueue_podgroups import (
     group_problems,
     member_count,
 )
-from scheduler.objects import COSCHEDULING_LABEL, KUEUE_GROUP_LABEL, FieldError, parse_pod
+from scheduler.gangs.tracker import GangTracker, gang_key
+from scheduler.model.objects import COSCHEDULING_LABEL, KUEUE_GROUP_LABEL, FieldError, parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import Harness, harness
 from tests.unit.scheduler.test_gang_cycle import FakeCustomObjects

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import scheduler.plugins.reclaim as reclaim_plugin
+import scheduler.postfilter.reclaim as reclaim_plugin
 from scheduler.kube.apierrors import APIError
 from scheduler.kube.fence import LEASE_TERM_ANNOTATION
 from scheduler.kube.kueue_workloads import (
@@ -22,13 +22,13 @@ from scheduler.kube.kueue_workloads import (
     deactivation_patch,
     match_workload,
 )
-from scheduler.kueue_victims import (
+from scheduler.model.objects import parse_pod
+from scheduler.postfilter.reclaim import WORKLOAD_DEACTIVATED
+from scheduler.victims.kueue import (
     KueueOwner,
     kueue_owner,
     partial_workloads,
 )
-from scheduler.objects import parse_pod
-from scheduler.plugins.reclaim import WORKLOAD_DEACTIVATED
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.reclaim_doubles import Rig, make_rig, pending_pod, victim_pod
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.cache import ClusterCache
-from scheduler.objects import (
+from scheduler.model.objects import (
     GPU,
     GPU_RESOURCE,
     MAX_ERRORS_TEXT,
@@ -17,6 +16,7 @@ from scheduler.objects import (
     parse_pod,
     sorted_errors,
 )
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import make_container, make_node, make_pod
 from topology.domains import NVLINK_DOMAINS_ANNOTATION
 from topology.occupancy import GPUS_ANNOTATION

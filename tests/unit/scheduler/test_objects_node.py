@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.objects import CPU, GPU, MEMORY, PODS, Taint, parse_node
+from scheduler.model.objects import CPU, GPU, MEMORY, PODS, Taint, parse_node
 from tests.unit.scheduler.builders import make_node, taint
 
 DOMAINS_FIELD = "metadata.annotations[gpu-scheduler.io/nvlink-domains]"

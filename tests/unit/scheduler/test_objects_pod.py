@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler.objects import (
+from scheduler.model.objects import (
     CPU,
     EPHEMERAL,
     GPU,

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.cache import ClusterCache
 from scheduler.config import ConfigError, config_from_data
+from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import CPU, GPU, MEMORY, PodInfo
+from scheduler.model.objects import CPU, GPU, MEMORY, PodInfo
 from scheduler.plugins.gpu_fragmentation import (
     GRID,
     NEUTRAL_POINTS,
@@ -21,7 +21,7 @@ from scheduler.plugins.gpu_fragmentation import (
     NodeResources,
     waste_table,
 )
-from scheduler.profile import default_framework
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, pod_info
 
 GI = 2**30

@@ -9,21 +9,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
+from scheduler.core.handlers import PodHandler
+from scheduler.core.namespaces import NAMESPACE_EVENT, NamespaceLabels
+from scheduler.core.profile import default_framework
+from scheduler.core.queue import UNSCHEDULABLE
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.handlers import PodHandler
-from scheduler.namespaces import NAMESPACE_EVENT, NamespaceLabels
-from scheduler.objects import PodInfo, parse_pod
+from scheduler.model.objects import PodInfo, parse_pod
 from scheduler.plugins.inter_pod_affinity import (
     AFFINITY_REASON,
     ANTI_AFFINITY_REASON,
     EXISTING_ANTI_AFFINITY_REASON,
     InterPodAffinity,
 )
-from scheduler.profile import default_framework
-from scheduler.queue import UNSCHEDULABLE
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import Json, cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import harness
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from scheduler.framework.interface import CycleState
-from scheduler.objects import parse_pod
+from scheduler.model.objects import parse_pod
+from scheduler.model.podfields import HostPort
 from scheduler.plugins.node_ports import REASON, NodePorts
-from scheduler.podfields import HostPort
 from tests.unit.scheduler.builders import (
     cluster,
     make_container,

@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import parse_pod
+from scheduler.model.objects import parse_pod
 from scheduler.plugins.resources import NodeResourcesFit, insufficient_reason
 from tests.unit.scheduler.builders import (
     cluster,

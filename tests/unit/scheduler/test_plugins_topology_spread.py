@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from scheduler.config import SchedulerConfig
+from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import parse_pod
+from scheduler.model.objects import parse_pod
+from scheduler.model.spread import HONOR, IGNORE, PodSelector, SpreadConstraint
 from scheduler.plugins.topology_spread import (
     REASON_MISSING,
     REASON_SKEW,
     PodTopologySpread,
 )
-from scheduler.profile import default_framework
-from scheduler.spread import HONOR, IGNORE, PodSelector, SpreadConstraint
 from tests.unit.scheduler.builders import (
     Json,
     make_node,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.objects import parse_pod
-from scheduler.plugins.unsupported import UNSUPPORTED, unsupported_fields, unsupported_message
+from scheduler.model.objects import parse_pod
+from scheduler.model.unsupported import UNSUPPORTED, unsupported_fields, unsupported_message
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import harness
 
@@ -105,7 +105,7 @@ async def test_pod_using_an_unsupported_field_is_unschedulable_not_placed() -> N
 
 def test_explain_reports_the_unsupported_field_on_every_node() -> None:
     from scheduler.config import SchedulerConfig
-    from scheduler.profile import default_framework
+    from scheduler.core.profile import default_framework
     from scheduler.tools.explain import explain
 
     nodes = [make_node("a"), make_node("b")]

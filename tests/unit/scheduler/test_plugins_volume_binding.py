@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import parse_pod
+from scheduler.model.objects import parse_pod
+from scheduler.model.volumes import ClaimHandler, ClassHandler, Volume, VolumeHandler, match_claims
 from scheduler.plugins.volume_binding import (
     BIND_CONFLICT,
     NAME,
@@ -26,7 +26,7 @@ from scheduler.plugins.volume_binding import (
     plan_volumes,
     pre_filter,
 )
-from scheduler.volumes import ClaimHandler, ClassHandler, Volume, VolumeHandler, match_claims
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import FakeCoreV1, FakeResponse, Outcome, _answer, harness
 from tests.volume_objects import make_claim, make_class, make_volume, with_claims

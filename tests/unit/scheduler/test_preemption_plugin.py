@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scheduler.kube.eviction import EvictionResult
-from scheduler.objects import parse_pod
+from scheduler.model.objects import parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.reclaim_doubles import (
     make_rig,

@@ -1,11 +1,11 @@
-"""scheduler.preemption: victims per node with reprieve, budget ordering, the node pick's
+"""scheduler.victims.preemption: victims per node with reprieve, budget ordering, the node pick's
 tie-breaks, preemptionPolicy Never, equal priority never a victim. Plain data only."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.preemption import (
+from scheduler.victims.preemption import (
     NEVER_MESSAGE,
     PRIORITY_OFFSET,
     Candidate,
@@ -205,7 +205,7 @@ def test_order_falls_back_through_every_node() -> None:
 
 
 def test_preemption_policy_is_parsed_and_a_bad_value_reported_and_never_preempts() -> None:
-    from scheduler.objects import parse_pod
+    from scheduler.model.objects import parse_pod
 
     def pod(policy: object) -> dict[str, object]:
         spec: dict[str, object] = {"containers": [{"name": "c"}]}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.quantity import QuantityError, base_units, cpu_millis, parse_quantity
+from scheduler.model.quantity import QuantityError, base_units, cpu_millis, parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from scheduler.queue import QueuedPod, SchedulingQueue
+from scheduler.core.queue import QueuedPod, SchedulingQueue
 from tests.unit.test_queue import FakeClock
 
 KEYS = st.sampled_from([f"ns/p{i}" for i in range(5)])

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from scheduler.queue import QueuedPod, SchedulingQueue
+from scheduler.core.queue import QueuedPod, SchedulingQueue
 from tests.unit.test_queue import FakeClock, drain, make_queue, pop
 
 

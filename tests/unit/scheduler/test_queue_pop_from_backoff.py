@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from scheduler.queue import SchedulingQueue
+from scheduler.core.queue import SchedulingQueue
 from tests.unit.test_queue import FakeClock, pop
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import pytest
 
 from reclaim.prometheus import PodKey
-from scheduler.allocation import AllocationTracker
-from scheduler.cache import ClusterCache
+from scheduler.core.allocation import AllocationTracker
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, pod_info
 from tests.unit.scheduler.cache_model import check_consistent
 

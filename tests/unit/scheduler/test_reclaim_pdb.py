@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.pdb import PdbStore, parse_budget
+from scheduler.victims.pdb import PdbStore, parse_budget
 
 
 def budget(

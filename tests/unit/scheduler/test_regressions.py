@@ -12,16 +12,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig
-from scheduler.cycle import place
+from scheduler.core.cycle import place
+from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import parse_node, parse_pod
+from scheduler.model.objects import parse_node, parse_pod
+from scheduler.model.quantity import cpu_millis, parse_quantity
 from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.resources import NodeResourcesFit
-from scheduler.profile import default_framework
-from scheduler.quantity import cpu_millis, parse_quantity
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import (
     PREFERRED,
     REQUIRED,

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler.cache import ClusterCache
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.objects import parse_node, parse_pod
+from scheduler.model.objects import parse_node, parse_pod
+from scheduler.state.cache import ClusterCache
 from scheduler.tools.simulate import add_simulate_parser, build_workload, simulate
 from scheduler.tools.simulate_policies import POLICIES, BestFit, LeastAllocated, MostAllocated
 from scheduler.tools.simulate_trace import (

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.cli import main
-from scheduler.objects import NodeInfo
+from scheduler.model.objects import NodeInfo
 from scheduler.tools.simulate import build_nodes
 from scheduler.tools.simulate_gangs import (
     POD_BY_POD,

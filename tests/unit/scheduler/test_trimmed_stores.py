@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cache import ClusterCache
-from scheduler.gangs import GangTracker, gang_key
-from scheduler.handlers import NodeHandler, PodHandler
+from scheduler.core.handlers import NodeHandler, PodHandler
+from scheduler.core.queue import SchedulingQueue
+from scheduler.gangs.tracker import GangTracker, gang_key
 from scheduler.kube.informer import Informer
-from scheduler.objects import (
+from scheduler.model.objects import (
     COSCHEDULING_LABEL,
     NodeInfo,
     PodInfo,
@@ -25,7 +25,7 @@ from scheduler.objects import (
     trim_node,
     trim_pod,
 )
-from scheduler.queue import SchedulingQueue
+from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import make_node, make_pod
 from tests.unit.scheduler.test_core_cache import Answer
 

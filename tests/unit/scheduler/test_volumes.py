@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.objects import FieldError
-from scheduler.volumes import (
+from scheduler.model.objects import FieldError
+from scheduler.model.volumes import (
     Claim,
     ClaimRef,
     Volume,

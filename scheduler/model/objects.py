@@ -1,0 +1,843 @@
+"""Pods and nodes as the scheduler sees them, parsed once from the API's JSON.
+
+`parse_pod` and `parse_node` take the plain dicts the informers deliver and return frozen
+records. They never raise on bad content: every problem becomes a `FieldError` naming the object's
+field (e.g. `spec.containers[0].resources.requests.cpu`), and the record carries a documented
+fallback so the daemon can report the error and go on:
+
+- a pod with an unparseable request is not scheduled (its errors are reported as a
+  FailedScheduling event) until it is fixed;
+- a node with an unparseable allocatable quantity offers 0 of that resource;
+- a node with a malformed NVLink annotation is modelled with the default layout for its GPU count
+  (see `topology.domains`), and the error is reported on the node;
+- a node claiming more than `MAX_NODE_GPUS` GPUs is modelled with none, and says so;
+- a GPU (or other extended-resource) request that differs from its limit is an error, as the API
+  server's validation has it; the pod is not scheduled.
+
+Messages quote offending values cut to `topology.text.MAX_ECHO` characters, and
+`sorted_errors` keeps an object's summary within 1 KiB, whatever the input size.
+
+Resource vectors are int64 arrays in the order of `RESOURCES`: CPU in millicores, the others in
+base units (bytes, pods, GPUs).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from scheduler.model.podfields import HostPort, pod_features
+from scheduler.model.preemption_policy import read_preemption_policy
+from scheduler.model.quantity import QuantityError, base_units, cpu_millis
+from scheduler.model.spread import SpreadConstraint, parse_spread_constraints
+from scheduler.model.unsupported import unsupported_fields
+from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
+from topology.mig import is_mig_resource, parse_mig_profile
+from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
+from topology.text import clip, quote
+
+if TYPE_CHECKING:
+    from scheduler.model.pod_affinity import PodAffinity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+RESOURCES: tuple[str, ...] = ("cpu", "memory", "ephemeral-storage", "pods", GPU_RESOURCE)
+CPU, MEMORY, EPHEMERAL, PODS, GPU = range(len(RESOURCES))
+NVLINK_DOMAIN_ANNOTATION = "gpu-scheduler.io/nvlink-domain"
+"""Pod annotation with the NVLink domain the scheduler chose ("-1" when the GPUs span domains)."""
+NVLINK_POLICY_ANNOTATION = "gpu-scheduler.io/nvlink-policy"
+"""Pod annotation: "preferred" (default; spanning domains is allowed but scores lower) or
+"required" (only nodes where the GPUs fit inside one domain)."""
+NVLINK_POLICIES = ("preferred", "required")
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+ResourceVector = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """A problem with one field of an object, worded for an Event."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: str  # "Equal" or "Exists"
+    value: str
+    effect: str  # "" matches every effect
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{{{self.key}: {self.value}}}"
+
+
+@dataclass(frozen=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """matchExpressions over labels and matchFields (only metadata.name exists) ANDed."""
+
+    expressions: tuple[SelectorRequirement, ...]
+    fields: tuple[SelectorRequirement, ...]
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """One pod, parsed. `errors` non-empty means: report, do not schedule."""
+
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    scheduler_name: str
+    node_name: str
+    phase: str
+    priority: int
+    priority_class: str
+    created: datetime | None
+    terminating: bool
+    requests: ResourceVector  # (resources,)
+    gpus: int
+    mig: Mapping[str, int]
+    gpu_indices: tuple[int, ...] | None
+    nvlink_policy: str
+    tolerations: tuple[Toleration, ...]
+    node_selector: Mapping[str, str]
+    required_terms: tuple[NodeSelectorTerm, ...]
+    preferred_terms: tuple[tuple[int, NodeSelectorTerm], ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    errors: tuple[FieldError, ...] = ()
+    scheduled_at: datetime | None = None
+    """When the pod was bound: its PodScheduled=True condition's lastTransitionTime (the API
+    server sets it on binding), else status.startTime; None while pending."""
+    pod_affinity: PodAffinity | None = None
+    """spec.affinity.podAffinity / podAntiAffinity terms; None when it has none."""
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    """spec.topologySpreadConstraints, matchLabelKeys merged (see `scheduler.model.spread`)."""
+    scheduling_gates: tuple[str, ...] = ()
+    """Names of spec.schedulingGates: while any is left the pod is not queued (PreEnqueue)."""
+    host_ports: tuple[HostPort, ...] = ()
+    """Host ports its containers and sidecars bind (NodePorts), sorted, without duplicates."""
+    scalar: Mapping[str, int] = field(default_factory=dict)
+    """Extended resources requested beyond `requests` and `mig` (example.com/foo, hugepages-*)."""
+    unsupported: tuple[str, ...] = ()
+    """Paths of fields it uses that the scheduler does not implement (plugins.unsupported)."""
+    preemption_policy: str = "PreemptLowerPriority"
+    """spec.preemptionPolicy: Never keeps the pod from preempting others
+    (scheduler.victims.preemption)."""
+    claims: tuple[str, ...] = ()
+    """Names of the PersistentVolumeClaims its volumes use (VolumeBinding), in its namespace."""
+    pod_group: str = ""
+    """spec.schedulingGroup.podGroupName: the PodGroup (same namespace) it is a member of, "" for
+    none (see `scheduler.gangs.tracker`)."""
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED_PHASES
+
+    @property
+    def holds_resources(self) -> bool:
+        """Bound and not finished: counted against its node (terminating pods still count)."""
+        return self.bound and not self.finished
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node, parsed."""
+
+    name: str
+    allocatable: ResourceVector  # (resources,)
+    mig: Mapping[str, int]
+    topology: NodeTopology
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    errors: tuple[FieldError, ...] = ()
+    scalar: Mapping[str, int] = field(default_factory=dict)
+    """Allocatable extended resources beyond `allocatable` and `mig` (example.com/foo)."""
+
+
+def _timestamp(raw: object) -> datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _str(raw: object) -> str:
+    """`str(raw)`; for what `str` refuses (an integer of more than 4300 digits), a bounded
+    description of it."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return str(raw)
+    except (ValueError, RecursionError):
+        return quote(raw)
+
+
+def _string_map(raw: object) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {_str(k): _str(v) for k, v in raw.items()}
+
+
+def _list(raw: object) -> list[Any]:
+    return list(raw) if isinstance(raw, list) else []
+
+
+def _map(raw: object, where: str, errors: list[FieldError]) -> Mapping[str, Any]:
+    """`raw` if it is a JSON object; {} (absent) if None; otherwise an error naming `where`."""
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return raw
+    errors.append(FieldError(where, f"must be an object, got {type(raw).__name__}"))
+    return {}
+
+
+def _resources(raw: object, where: str, errors: list[FieldError]) -> dict[str, Any]:
+    """A resource list (`requests`, `limits`, `allocatable`, `overhead`): `_map`, keeping only
+    string keys (others are reported)."""
+    found: dict[str, Any] = {}
+    for name, value in _map(raw, where, errors).items():
+        if isinstance(name, str):
+            found[name] = value
+        else:
+            errors.append(FieldError(where, f"resource name {quote(name)} is not a string"))
+    return found
+
+
+POD_LEVEL_RESOURCES = ("cpu", "memory")
+"""Resources a pod-level `spec.resources.requests` overrides (kube's supported pod-level ones)."""
+MAX_AMOUNT = 2**62
+"""Largest amount of a resource accepted (the arrays are int64 and sums must not overflow)."""
+MAX_NODE_GPUS = 64
+"""GPUs per node the topology model accepts (NVLink domains and GPU masks are per GPU)."""
+MAX_NODE_MIG_PROFILES = 32
+"""MIG profiles per node the model accepts (each is a column of the cache's MIG arrays; a GPU
+has at most a handful)."""
+_INTEGER_RE = re.compile(r"^-?[0-9]{1,18}$")
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity(cpu: bool, value: str) -> int:
+    """A quantity string in millicores (`cpu`) or base units, memoised: pods repeat the same few
+    spellings ("100m", "128Mi", "1"), and the Decimal parse is most of a pod's parsing time.
+    Raises `QuantityError` (not cached) like `cpu_millis` / `base_units`."""
+    return cpu_millis(value) if cpu else base_units(value)
+
+
+def _resource_amount(name: str, value: object, where: str, errors: list[FieldError]) -> int:
+    field = f"{where}.{clip(name)}"
+    try:
+        if type(value) is str:
+            amount = _quantity(name == "cpu", value)
+        else:
+            amount = cpu_millis(value) if name == "cpu" else base_units(value)  # type: ignore[arg-type]
+    except QuantityError as error:
+        errors.append(FieldError(field, str(error)))
+        return 0
+    if amount < 0:
+        errors.append(FieldError(field, f"must not be negative, got {quote(value)}"))
+        return 0
+    if amount > MAX_AMOUNT:
+        errors.append(FieldError(field, f"is too large: {quote(value)}"))
+        return 0
+    if is_mig_resource(name):
+        try:
+            parse_mig_profile(name)
+        except ValueError as error:
+            errors.append(FieldError(field, str(error)))
+            return 0
+    return amount
+
+
+def _overcommit_allowed(name: str) -> bool:
+    """Whether requests of `name` may be below its limit: Kubernetes allows it for its native
+    resources (no domain, or kubernetes.io/) except huge pages; extended resources such as
+    nvidia.com/gpu must have requests equal to limits."""
+    if name.startswith("hugepages-"):
+        return False
+    return "/" not in name or name.startswith("kubernetes.io/")
+
+
+def _container_requests(
+    container: Mapping[str, Any], where: str, errors: list[FieldError]
+) -> dict[str, int]:
+    """Requests of one container; extended resources default to their limits, as the API does."""
+    if not isinstance(container, Mapping):
+        errors.append(FieldError(where, f"must be an object, got {type(container).__name__}"))
+        return {}
+    resources = _map(container.get("resources"), f"{where}.resources", errors)
+    requests = _resources(resources.get("requests"), f"{where}.resources.requests", errors)
+    limits = _resources(resources.get("limits"), f"{where}.resources.limits", errors)
+    amounts: dict[str, int] = {}
+    for name, value in limits.items():
+        if name not in ("cpu", "memory", "ephemeral-storage") and name not in requests:
+            amounts[name] = _resource_amount(name, value, f"{where}.resources.limits", errors)
+    for name, value in requests.items():
+        amounts[name] = _resource_amount(name, value, f"{where}.resources.requests", errors)
+        if name in limits and not _overcommit_allowed(name):
+            before = len(errors)
+            limit = _resource_amount(name, limits[name], f"{where}.resources.limits", errors)
+            if len(errors) == before and limit != amounts[name]:
+                errors.append(
+                    FieldError(
+                        f"{where}.resources.requests.{clip(name)}",
+                        f"must equal its limit for an extended resource (request "
+                        f"{quote(value)}, limit {quote(limits[name])})",
+                    )
+                )
+    return amounts
+
+
+def pod_requests(spec: Mapping[str, Any], errors: list[FieldError]) -> dict[str, int]:
+    """kube-scheduler's effective request (resourcehelper.PodRequests): the sum over containers
+    and sidecar init containers, at least each init container's request plus the sidecars
+    started before it, replaced by the pod-level request (`spec.resources.requests`) for cpu and
+    memory when set, plus pod overhead."""
+    total: dict[str, int] = {}
+    for index, container in enumerate(_list(spec.get("containers"))):
+        for name, amount in _container_requests(
+            container, f"spec.containers[{index}]", errors
+        ).items():
+            total[name] = total.get(name, 0) + amount
+    # Init containers run one after another, each beside the sidecars started before it;
+    # sidecars (restartPolicy Always) keep running, so they also add to the containers' sum.
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for index, container in enumerate(_list(spec.get("initContainers"))):
+        amounts = _container_requests(container, f"spec.initContainers[{index}]", errors)
+        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
+            for name, amount in amounts.items():
+                sidecars[name] = sidecars.get(name, 0) + amount
+                total[name] = total.get(name, 0) + amount
+            running = dict(sidecars)
+        else:
+            running = {n: amounts.get(n, 0) + sidecars.get(n, 0) for n in {*amounts, *sidecars}}
+        for name, amount in running.items():
+            init_peak[name] = max(init_peak.get(name, 0), amount)
+    for name, amount in init_peak.items():
+        total[name] = max(total.get(name, 0), amount)
+    pod_level = _map(
+        _map(spec.get("resources"), "spec.resources", errors).get("requests"),
+        "spec.resources.requests",
+        errors,
+    )
+    for name in POD_LEVEL_RESOURCES:
+        if name in pod_level:
+            total[name] = _resource_amount(name, pod_level[name], "spec.resources.requests", errors)
+    for name, value in _resources(spec.get("overhead"), "spec.overhead", errors).items():
+        total[name] = total.get(name, 0) + _resource_amount(name, value, "spec.overhead", errors)
+    for name, amount in total.items():
+        if amount > MAX_AMOUNT:
+            errors.append(
+                FieldError(f"spec.containers[*].resources.{clip(name)}", "total is too large")
+            )
+            total[name] = 0
+    return total
+
+
+def _requirements(
+    raw: object, where: str, errors: list[FieldError]
+) -> tuple[SelectorRequirement, ...]:
+    found = []
+    for index, item in enumerate(_list(raw)):
+        if not isinstance(item, Mapping) or "key" not in item or "operator" not in item:
+            errors.append(FieldError(f"{where}[{index}]", "needs key and operator"))
+            continue
+        operator = _str(item["operator"])
+        values = tuple(_str(v) for v in _list(item.get("values")))
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+            errors.append(
+                FieldError(f"{where}[{index}].operator", f"unknown operator {quote(operator)}")
+            )
+            continue
+        if operator in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER_RE.match(values[0])):
+            errors.append(
+                FieldError(f"{where}[{index}].values", f"{operator} needs one integer value")
+            )
+            continue
+        found.append(SelectorRequirement(_str(item["key"]), operator, values))
+    return tuple(found)
+
+
+def _term(raw: Mapping[str, Any], where: str, errors: list[FieldError]) -> NodeSelectorTerm:
+    return NodeSelectorTerm(
+        _requirements(raw.get("matchExpressions"), f"{where}.matchExpressions", errors),
+        _requirements(raw.get("matchFields"), f"{where}.matchFields", errors),
+    )
+
+
+def _node_affinity(
+    spec: Mapping[str, Any], errors: list[FieldError]
+) -> tuple[tuple[NodeSelectorTerm, ...], tuple[tuple[int, NodeSelectorTerm], ...]]:
+    where = "spec.affinity.nodeAffinity"
+    affinity = _map(
+        _map(spec.get("affinity"), "spec.affinity", errors).get("nodeAffinity"), where, errors
+    )
+    required_raw = _map(
+        affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        f"{where}.requiredDuringSchedulingIgnoredDuringExecution",
+        errors,
+    )
+    required = tuple(
+        _term(
+            term,
+            f"{where}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]",
+            errors,
+        )
+        for i, term in enumerate(_list(required_raw.get("nodeSelectorTerms")))
+        if isinstance(term, Mapping)
+    )
+    preferred = []
+    for i, item in enumerate(
+        _list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    ):
+        item_where = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        weight = item.get("weight") if isinstance(item, Mapping) else None
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            errors.append(FieldError(f"{item_where}.weight", f"must be 1-100, got {quote(weight)}"))
+            continue
+        preferred.append(
+            (
+                weight,
+                _term(
+                    _map(item.get("preference"), f"{item_where}.preference", errors),
+                    f"{item_where}.preference",
+                    errors,
+                ),
+            )
+        )
+    return required, tuple(preferred)
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    found = []
+    for item in _list(spec.get("tolerations")):
+        if not isinstance(item, Mapping):
+            continue
+        found.append(
+            Toleration(
+                key=_str(item.get("key") or ""),
+                operator=_str(item.get("operator") or "Equal"),
+                value=_str(item.get("value") or ""),
+                effect=_str(item.get("effect") or ""),
+            )
+        )
+    return tuple(found)
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _priority(raw: object, errors: list[FieldError]) -> int:
+    """spec.priority: an int32 (the API's type); 0 when absent or not an integer, and an error
+    when out of range (numpy arrays of priorities must not overflow)."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        return 0
+    if not INT32_MIN <= raw <= INT32_MAX:
+        errors.append(FieldError("spec.priority", f"must be an int32, got {quote(raw)}"))
+        return 0
+    return raw
+
+
+def _reporter(errors: list[FieldError]) -> Callable[[str, str], None]:
+    def report(where: str, message: str) -> None:
+        errors.append(FieldError(where, message))
+
+    return report
+
+
+def _vector_resource(name: str) -> bool:
+    """Held in the resource vector or a MIG column (else an extended, scalar resource)."""
+    return name in RESOURCES or is_mig_resource(name)
+
+
+def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
+    """A PodInfo from a Pod's JSON. Never raises; problems land in `errors`."""
+    errors: list[FieldError] = []
+    metadata = _map(obj.get("metadata"), "metadata", errors)
+    spec = _map(obj.get("spec"), "spec", errors)
+    status = _map(obj.get("status"), "status", errors)
+    requests = pod_requests(spec, errors)
+    features = pod_features(spec, requests, _vector_resource, report=_reporter(errors))
+    vector = np.array([requests.get(name, 0) for name in RESOURCES], dtype=np.int64)
+    vector[PODS] = 1
+    mig: dict[str, int] = {}
+    for name, amount in requests.items():
+        if is_mig_resource(name) and amount:
+            mig[name] = amount
+    annotations = _string_map(metadata.get("annotations"))
+    gpus = int(vector[GPU])
+    gpu_indices: tuple[int, ...] | None = None
+    if GPUS_ANNOTATION in annotations:
+        try:
+            gpu_indices = parse_gpus_annotation(annotations[GPUS_ANNOTATION], 1 << 16)
+        except ValueError as error:
+            errors.append(FieldError(f"metadata.annotations[{GPUS_ANNOTATION}]", str(error)))
+    policy = annotations.get(NVLINK_POLICY_ANNOTATION, "preferred")
+    if policy not in NVLINK_POLICIES:
+        errors.append(
+            FieldError(
+                f"metadata.annotations[{NVLINK_POLICY_ANNOTATION}]",
+                f"must be one of {', '.join(NVLINK_POLICIES)}, got {quote(policy)}",
+            )
+        )
+        policy = "preferred"
+    required, preferred = _node_affinity(spec, errors)
+    pod_affinity = _pod_affinity(spec, metadata, errors)
+    priority = _priority(spec.get("priority"), errors)
+    namespace = _str(metadata.get("namespace") or "")
+    name = _str(metadata.get("name") or "")
+    scheduled_at = None
+    for condition in _list(status.get("conditions")):
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "PodScheduled"
+            and condition.get("status") == "True"
+        ):
+            scheduled_at = _timestamp(condition.get("lastTransitionTime"))
+    if scheduled_at is None and spec.get("nodeName"):
+        scheduled_at = _timestamp(status.get("startTime"))
+    spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
+    preemption_policy = read_preemption_policy(spec, _reporter(errors))
+    pod_group = _gang_of(spec, metadata, f"{namespace}/{name}", errors)
+    return PodInfo(
+        key=f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
+        uid=_str(metadata.get("uid") or ""),
+        resource_version=_str(metadata.get("resourceVersion") or ""),
+        scheduler_name=_str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=_str(spec.get("nodeName") or ""),
+        phase=_str(status.get("phase") or "Pending"),
+        priority=priority,
+        priority_class=_str(spec.get("priorityClassName") or ""),
+        created=_timestamp(metadata.get("creationTimestamp")),
+        terminating=metadata.get("deletionTimestamp") is not None,
+        requests=vector,
+        gpus=gpus,
+        mig=mig,
+        gpu_indices=gpu_indices,
+        nvlink_policy=policy,
+        tolerations=_tolerations(spec),
+        node_selector=_string_map(spec.get("nodeSelector")),
+        required_terms=required,
+        preferred_terms=preferred,
+        labels=_string_map(metadata.get("labels")),
+        annotations=annotations,
+        errors=tuple(errors),
+        scheduled_at=scheduled_at,
+        pod_affinity=pod_affinity,
+        spread_constraints=spread,
+        scheduling_gates=features.scheduling_gates,
+        host_ports=features.host_ports,
+        scalar=features.scalar,
+        unsupported=unsupported_fields(obj),
+        preemption_policy=preemption_policy,
+        claims=_pod_claims(spec, errors),
+        pod_group=pod_group,
+    )
+
+
+def _gang_of(
+    spec: Mapping[str, Any], metadata: Mapping[str, Any], key: str, errors: list[FieldError]
+) -> str:
+    """`PodInfo.pod_group`: spec.schedulingGroup's PodGroup, else the coscheduling label's,
+    else Kueue's pod group label's."""
+    labels = _string_map(metadata.get("labels"))
+    return kueue_pod_group(coscheduling_pod_group(key, _pod_group(spec, errors), labels), labels)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """What a deleted pod's bookkeeping needs: its identity and gang, read without parsing the
+    rest of the pod (`pod_ref`)."""
+
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    pod_group: str
+    """As `PodInfo.pod_group`."""
+
+
+def pod_ref(obj: Mapping[str, Any]) -> PodRef:
+    """The `PodRef` of a Pod's JSON; the fields agree with `parse_pod`'s. Never raises."""
+    errors: list[FieldError] = []
+    metadata = _map(obj.get("metadata"), "metadata", errors)
+    spec = _map(obj.get("spec"), "spec", errors)
+    namespace = _str(metadata.get("namespace") or "")
+    name = _str(metadata.get("name") or "")
+    key = f"{namespace}/{name}"
+    return PodRef(
+        key=key,
+        namespace=namespace,
+        name=name,
+        uid=_str(metadata.get("uid") or ""),
+        pod_group=_gang_of(spec, metadata, key, errors),
+    )
+
+
+POD_STATUS_KEPT = ("phase", "conditions", "startTime", "nominatedNodeName")
+"""The Pod status fields an informer store keeps (`trim_pod`): what `parse_pod` and the pod
+handlers read."""
+NODE_STATUS_KEPT = ("allocatable",)
+"""The Node status fields an informer store keeps (`trim_node`): what `parse_node` and the node
+handler read; conditions, images, addresses and nodeInfo go."""
+
+
+def _trimmed(obj: dict[str, Any], status_kept: tuple[str, ...]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    status = obj.get("status")
+    if isinstance(status, dict):
+        obj["status"] = {name: status[name] for name in status_kept if name in status}
+    return obj
+
+
+def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Pod's JSON as the pods informer keeps it (`Informer`'s `trim`): metadata.managedFields
+    dropped, status cut to `POD_STATUS_KEPT`; what `parse_pod` returns is unchanged. Modifies
+    `obj` in place and returns it."""
+    return _trimmed(obj, POD_STATUS_KEPT)
+
+
+def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Node's JSON as the nodes informer keeps it: metadata.managedFields dropped, status cut
+    to `NODE_STATUS_KEPT`; what `parse_node` returns is unchanged. Modifies `obj` in place and
+    returns it."""
+    return _trimmed(obj, NODE_STATUS_KEPT)
+
+
+def _pod_group(spec: Mapping[str, Any], errors: list[FieldError]) -> str:
+    """spec.schedulingGroup.podGroupName ("" when absent); a non-string is an error."""
+    group = _map(spec.get("schedulingGroup"), "spec.schedulingGroup", errors)
+    name = group.get("podGroupName")
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        errors.append(
+            FieldError("spec.schedulingGroup.podGroupName", f"must be a string, got {quote(name)}")
+        )
+        return ""
+    return name
+
+
+def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
+    """A NodeInfo from a Node's JSON. Never raises; problems land in `errors`."""
+    errors: list[FieldError] = []
+    metadata = _map(obj.get("metadata"), "metadata", errors)
+    spec = _map(obj.get("spec"), "spec", errors)
+    status = _map(obj.get("status"), "status", errors)
+    allocatable_raw = _resources(status.get("allocatable"), "status.allocatable", errors)
+    allocatable = np.zeros(len(RESOURCES), dtype=np.int64)
+    mig: dict[str, int] = {}
+    scalar: dict[str, int] = {}
+    for name, value in allocatable_raw.items():
+        if not _vector_resource(name):
+            amount = _resource_amount(name, value, "status.allocatable", errors)
+            if amount:
+                scalar[name] = amount
+        elif name in RESOURCES:
+            allocatable[RESOURCES.index(name)] = _resource_amount(
+                name, value, "status.allocatable", errors
+            )
+        elif is_mig_resource(name):
+            amount = _resource_amount(name, value, "status.allocatable", errors)
+            if amount and len(mig) >= MAX_NODE_MIG_PROFILES:
+                errors.append(
+                    FieldError(
+                        f"status.allocatable.{clip(name)}",
+                        f"more than {MAX_NODE_MIG_PROFILES} MIG profiles on one node; left out",
+                    )
+                )
+            elif amount:
+                mig[name] = amount
+    annotations = _string_map(metadata.get("annotations"))
+    gpu_count = int(allocatable[GPU])
+    if gpu_count > MAX_NODE_GPUS:
+        errors.append(
+            FieldError(
+                f"status.allocatable.{GPU_RESOURCE}",
+                f"{gpu_count} GPUs exceed the {MAX_NODE_GPUS} per node this scheduler models; "
+                "the node is treated as having no GPUs",
+            )
+        )
+        gpu_count = 0
+        allocatable[GPU] = 0
+    domains = domains_for_node(annotations.get(NVLINK_DOMAINS_ANNOTATION), gpu_count)
+    if domains.error:
+        errors.append(
+            FieldError(
+                f"metadata.annotations[{NVLINK_DOMAINS_ANNOTATION}]",
+                f"{domains.error}; using the default layout for {gpu_count} GPUs",
+            )
+        )
+    taints = tuple(
+        Taint(_str(t.get("key") or ""), _str(t.get("value") or ""), _str(t.get("effect") or ""))
+        for t in _list(spec.get("taints"))
+        if isinstance(t, Mapping)
+    )
+    return NodeInfo(
+        name=_str(metadata.get("name") or ""),
+        allocatable=allocatable,
+        mig=mig,
+        topology=domains.topology,
+        labels=_string_map(metadata.get("labels")),
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+        errors=tuple(errors),
+        scalar=scalar,
+    )
+
+
+MAX_ERRORS_TEXT = 1024
+"""Longest text `sorted_errors` returns (an Event note holds at most 1 KiB)."""
+
+
+def sorted_errors(errors: Sequence[FieldError]) -> str:
+    """All errors of an object in one line, for an Event message and a log line; at most
+    `MAX_ERRORS_TEXT` characters, ending in "(N more)" when some did not fit."""
+    shown: list[str] = []
+    used = 0
+    for index, error in enumerate(errors):
+        text = clip(str(error), MAX_ERRORS_TEXT - 80)  # the first always fits, with a note
+        if shown and used + len(text) + 2 > MAX_ERRORS_TEXT - 20:
+            shown.append(f"({len(errors) - index} more)")
+            break
+        shown.append(text)
+        used += len(text) + 2
+    return "; ".join(shown)
+
+
+def _pod_affinity(
+    spec: Mapping[str, Any], metadata: Mapping[str, Any], errors: list[FieldError]
+) -> PodAffinity | None:
+    """Pod (anti-)affinity terms, parsed by `scheduler.model.pod_affinity` (imported here: it builds
+    on this module's records)."""
+    from scheduler.model.pod_affinity import parse_pod_affinity
+
+    namespace = _str(metadata.get("namespace") or "")
+    return parse_pod_affinity(spec, namespace, _string_map(metadata.get("labels")), errors)
+
+
+def _pod_claims(spec: Mapping[str, Any], errors: list[FieldError]) -> tuple[str, ...]:
+    """Claim names of the pod's volumes, parsed by `scheduler.model.volumes` (imported here: it
+    builds on this module's records)."""
+    from scheduler.model.volumes import pod_claims
+
+    return pod_claims(spec, errors)
+
+
+__all__ = [
+    "CPU",
+    "EPHEMERAL",
+    "GPU",
+    "MEMORY",
+    "NODE_STATUS_KEPT",
+    "PODS",
+    "POD_STATUS_KEPT",
+    "RESOURCES",
+    "FieldError",
+    "NodeInfo",
+    "NodeSelectorTerm",
+    "PodInfo",
+    "PodRef",
+    "SelectorRequirement",
+    "Taint",
+    "Toleration",
+    "parse_node",
+    "parse_pod",
+    "pod_ref",
+    "trim_node",
+    "trim_pod",
+]
+
+
+# -- scheduler-plugins coscheduling label ------------------------------------------------------
+
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+"""The pod label naming a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1, same
+namespace)."""
+COSCHEDULING_PREFIX = "scheduling.x-k8s.io/"
+"""Prefix of `PodInfo.pod_group` for a labelled pod: its gang key ("ns/scheduling.x-k8s.io/name")
+never equals a v1beta1 PodGroup's ("ns/name"; object names hold no "/")."""
+_MAX_BOTH_LOGGED = 4096
+_both_logged: dict[str, None] = {}
+"""Pods already logged for carrying both spec.schedulingGroup and the label (bounded, oldest
+first out): one log line per pod, not per informer event."""
+
+
+def coscheduling_pod_group(key: str, pod_group: str, labels: Mapping[str, str]) -> str:
+    """`PodInfo.pod_group` from spec.schedulingGroup's `pod_group` and the pod's labels: the
+    PodGroup API wins (a log line says the label is ignored); else the label, prefixed."""
+    name = labels.get(COSCHEDULING_LABEL, "")
+    if not name:
+        return pod_group
+    if pod_group:
+        if key not in _both_logged:
+            _both_logged[key] = None
+            if len(_both_logged) > _MAX_BOTH_LOGGED:
+                del _both_logged[next(iter(_both_logged))]
+            structlog.get_logger("gpu-scheduler.model.objects").info(
+                "pod_group_label_ignored",
+                pod=key,
+                label=COSCHEDULING_LABEL,
+                value=clip(name),
+                reason="spec.schedulingGroup is set and takes precedence",
+            )
+        return pod_group
+    return f"{COSCHEDULING_PREFIX}{name}"
+
+
+# -- Kueue pod groups ---------------------------------------------------------------------------
+
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+"""The pod label naming a Kueue pod group (plain pods admitted together as one Workload)."""
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+"""Prefix of `PodInfo.pod_group` for a pod of a Kueue pod group: its gang key
+("ns/kueue.x-k8s.io/name") never equals a PodGroup's ("ns/name") nor a coscheduling one's."""
+
+
+def kueue_pod_group(pod_group: str, labels: Mapping[str, str]) -> str:
+    """`PodInfo.pod_group` given the group found so far (spec.schedulingGroup or the
+    coscheduling label, which win) and the pod's labels: the Kueue group's name, prefixed."""
+    if pod_group:
+        return pod_group
+    name = labels.get(KUEUE_GROUP_LABEL, "")
+    return f"{KUEUE_PREFIX}{name}" if name else ""

@@ -1,0 +1,655 @@
+"""The scheduler's view of the cluster: nodes, the pods on them, and pods it has assumed.
+
+Every pod bound to a node counts against it, whoever bound it, until it finishes or is deleted.
+Usage is kept per node row in numpy arrays that filter and score plugins read whole (see
+`Snapshot`); a change touches only the rows of the nodes involved.
+
+Pod states (kube-scheduler's cache since it stopped expiring assumed pods, with the binding
+done by this process):
+
+    (not in cache) --assume--> Assumed ----add_pod: bound on its node------------> Added
+          ^                    | |  ^ |                                            |  ^
+          |  forget: the       | |  | | finish_binding: the Binding succeeded;     |  | update_pod
+          |  binding failed    | |  +-+ it stays Assumed and never expires         +--+
+          +--------------------+ |                                                 |
+          |                      +----add_pod: bound on another node (replaced) -->|
+          |                                                                        |
+          +------ remove_pod (deleted, or missing from a relist), or add_pod ------+
+                  of a finished pod: from Assumed as from Added
+
+- assume: the scheduling cycle chose a node and GPUs; they are taken at once so the next cycle
+  sees them used, before the binding call returns.
+- forget: the binding failed (every error, of any type); the pod's resources are given back.
+- finish_binding: the Binding succeeded. The pod stays assumed until the informer shows it,
+  however late that is: a watch that lags must not make a bound pod's GPUs look free (assumed
+  pods whose binding succeeded are never expired, as in kube-scheduler since Kubernetes 1.23).
+- add_pod for an assumed pod bound on its node confirms it (its GPU indices stay the ones
+  chosen); bound on another node, the informer's view replaces it; finished, it is removed. For
+  any other bound pod it adds it, taking the GPU indices from its `gpu-scheduler.io/gpus`
+  annotation, or from the documented fill order of `topology.occupancy` when it has none.
+- remove_pod: the informer saw the pod deleted (a watch DELETED event, or a relist that no
+  longer lists it); assumed or not, its resources are given back.
+
+Reservations (room held for a nominated pod, `reserve`) are a different mechanism: they expire
+after a TTL (`expire_reservations`).
+
+All methods are synchronous and run on the event loop thread, so a scheduling cycle's filter and
+score see one consistent state without copying: the arrays are the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from scheduler.model.objects import GPU, RESOURCES, NodeInfo, PodInfo, Taint
+from scheduler.model.volumes import VolumeStore
+from topology.occupancy import choose_gpus
+
+log = structlog.get_logger("gpu-scheduler.state.cache")
+
+INITIAL_ROWS = 64
+NO_GROUP = -1
+
+_Array = TypeVar("_Array", bound=np.ndarray[Any, Any])
+
+
+def _grown(array: _Array, rows: int, fill: object) -> _Array:
+    """`array` with its first axis extended to `rows`, new rows set to `fill`."""
+    grown = np.full((rows, *array.shape[1:]), fill, dtype=array.dtype)
+    grown[: array.shape[0]] = array
+    return cast(_Array, grown)
+
+
+GpuStateKey = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+"""(GPUs, GPUs in use, free GPUs per domain, size of each domain) of a node."""
+
+
+class GpuStateArrays(NamedTuple):
+    """The distinct GPU states as arrays: free and size (states, domains), total and used
+    (states,), ready for `topology.scoring.score_nodes`."""
+
+    free: npt.NDArray[np.int64]
+    size: npt.NDArray[np.int64]
+    total: npt.NDArray[np.int64]
+    used: npt.NDArray[np.int64]
+
+
+RESERVATION_PREFIX = "reservation:"
+"""Cache key prefix of the room held for a nominated pod."""
+
+
+@dataclass
+class PodState:
+    """A pod counted on a node, and the GPU indices it holds there (or a reservation)."""
+
+    info: PodInfo
+    node: str
+    gpus: tuple[int, ...]
+    assumed: bool
+    binding_finished_at: float | None = None
+    """Set on an assumed pod when its Binding succeeded (it waits for the informer)."""
+    reserved_at: float | None = None
+    """Set for a reservation: when reclaim nominated the node for the pod."""
+    observed: bool = False
+    """The GPU indices come from dcgm-exporter (what the device plugin really gave the pod),
+    not from the scheduler's choice or the fill order; they are kept on later updates."""
+
+
+@dataclass
+class LabelColumn:
+    """One label key across all node rows, as integer codes: -1 where the node lacks it."""
+
+    codes: npt.NDArray[np.int32]  # codes: (rows,)
+    values: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+
+    def code(self, value: str) -> int:
+        if value not in self.index:
+            self.index[value] = len(self.values)
+            self.values.append(value)
+        return self.index[value]
+
+
+class ClusterCache:
+    """Nodes and pods in arrays; see the module docstring for the pod state machine."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodState] = {}
+        self.pods_on_node: dict[str, set[str]] = {}
+        self.row_of: dict[str, int] = {}
+        self.names: list[str] = []
+        self._free_rows: list[int] = []
+        self.generation = 0
+        """Grows on every change; lets callers cache per-state work."""
+        rows = INITIAL_ROWS
+        self.valid = np.zeros(rows, dtype=bool)  # valid: (rows,)
+        self.unschedulable = np.zeros(rows, dtype=bool)  # unschedulable: (rows,)
+        self.allocatable = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # (rows, resources)
+        self.requested = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # (rows, resources)
+        self.free = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # allocatable - requested
+        self.gpu_domain = np.full((rows, 0), -1, dtype=np.int32)  # gpu_domain: (rows, gpus)
+        self.gpu_used = np.zeros((rows, 0), dtype=bool)  # gpu_used: (rows, gpus)
+        self.free_per_domain = np.zeros((rows, 0), dtype=np.int32)  # (rows, domains)
+        self.domain_size = np.zeros((rows, 0), dtype=np.int32)  # (rows, domains)
+        self.mig_profiles: list[str] = []
+        self.mig_allocatable = np.zeros((rows, 0), dtype=np.int64)  # (rows, profiles)
+        self.mig_requested = np.zeros((rows, 0), dtype=np.int64)  # (rows, profiles)
+        self.taint_groups: list[tuple[Taint, ...]] = []
+        self._taint_group_index: dict[tuple[Taint, ...], int] = {}
+        self.taint_group = np.full(rows, NO_GROUP, dtype=np.int32)  # taint_group: (rows,)
+        self.gpu_state = np.zeros(rows, dtype=np.int32)  # gpu_state: (rows,)
+        self.gpu_states: list[GpuStateKey] = []
+        self._gpu_state_index: dict[GpuStateKey, int] = {}
+        self._gpu_state_arrays: GpuStateArrays | None = None
+        self._released: dict[str, PodState] = {}
+        """Reservations taken out by `released` blocks now running, to restore at their end."""
+        self.label_columns: dict[str, LabelColumn] = {}
+        self.with_pod_affinity: set[str] = set()
+        """Keys of counted pods with pod (anti-)affinity terms (`_index_pod_affinity`)."""
+        self.with_required_anti_affinity: set[str] = set()
+        """Keys of counted pods with required pod anti-affinity terms."""
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        """Labels of each namespace, for pod affinity's namespaceSelector (namespace informer)."""
+        self.volumes = VolumeStore()
+        """PersistentVolumeClaims, PersistentVolumes and StorageClasses (VolumeBinding)."""
+
+    # -- arrays --------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        return len(self.names)
+
+    def _grow_rows(self, needed: int) -> None:
+        capacity = self.valid.shape[0]
+        if needed <= capacity:
+            return
+        new = max(needed, capacity * 2)
+
+        self.valid = _grown(self.valid, new, False)
+        self.unschedulable = _grown(self.unschedulable, new, False)
+        self.allocatable = _grown(self.allocatable, new, 0)
+        self.requested = _grown(self.requested, new, 0)
+        self.free = _grown(self.free, new, 0)
+        self.gpu_domain = _grown(self.gpu_domain, new, -1)
+        self.gpu_used = _grown(self.gpu_used, new, False)
+        self.free_per_domain = _grown(self.free_per_domain, new, 0)
+        self.domain_size = _grown(self.domain_size, new, 0)
+        self.mig_allocatable = _grown(self.mig_allocatable, new, 0)
+        self.mig_requested = _grown(self.mig_requested, new, 0)
+        self.taint_group = _grown(self.taint_group, new, NO_GROUP)
+        self.gpu_state = _grown(self.gpu_state, new, 0)
+        for column in self.label_columns.values():
+            column.codes = _grown(column.codes, new, -1)
+
+    def _grow_columns(self, gpus: int, domains: int) -> None:
+        rows = self.valid.shape[0]
+        if gpus > self.gpu_used.shape[1]:
+            extra = gpus - self.gpu_used.shape[1]
+            self.gpu_used = np.hstack([self.gpu_used, np.zeros((rows, extra), dtype=bool)])
+            self.gpu_domain = np.hstack(
+                [self.gpu_domain, np.full((rows, extra), -1, dtype=np.int32)]
+            )
+        if domains > self.free_per_domain.shape[1]:
+            extra = domains - self.free_per_domain.shape[1]
+            pad = np.zeros((rows, extra), dtype=np.int32)
+            self.free_per_domain = np.hstack([self.free_per_domain, pad])
+            self.domain_size = np.hstack([self.domain_size, pad.copy()])
+
+    def _mig_column(self, resource: str) -> int:
+        if resource not in self.mig_profiles:
+            self.mig_profiles.append(resource)
+            rows = self.valid.shape[0]
+            zeros = np.zeros((rows, 1), dtype=np.int64)
+            self.mig_allocatable = np.hstack([self.mig_allocatable, zeros])
+            self.mig_requested = np.hstack([self.mig_requested, zeros.copy()])
+        return self.mig_profiles.index(resource)
+
+    def label_column(self, key: str) -> LabelColumn:
+        """The codes of label `key` for every row, built on first use and kept up to date."""
+        column = self.label_columns.get(key)
+        if column is None:
+            column = LabelColumn(np.full(self.valid.shape[0], -1, dtype=np.int32))
+            for name, row in self.row_of.items():
+                value = self.nodes[name].labels.get(key)
+                if value is not None:
+                    column.codes[row] = column.code(value)
+            self.label_columns[key] = column
+        return column
+
+    def _recount_domains(self, row: int) -> None:
+        domains = self.gpu_domain[row]  # domains: (gpus,)
+        width = self.free_per_domain.shape[1]
+        has_gpu = domains >= 0  # has_gpu: (gpus,)
+        size = np.bincount(domains[has_gpu], minlength=width)[:width]
+        free = np.bincount(domains[has_gpu & ~self.gpu_used[row]], minlength=width)[:width]
+        self.domain_size[row] = size
+        self.free_per_domain[row] = free
+        total = int(self.allocatable[row, GPU])
+        used = min(int(self.requested[row, GPU]), total)
+        key = (total, used, tuple(free.tolist()), tuple(size.tolist()))
+        state = self._gpu_state_index.get(key)
+        if state is None:
+            state = len(self.gpu_states)
+            self.gpu_states.append(key)
+            self._gpu_state_index[key] = state
+        self.gpu_state[row] = state
+
+    def gpu_state_arrays(self) -> GpuStateArrays:
+        """Every distinct GPU state seen so far as arrays, row k describing state k.
+
+        Nodes in the same state (GPU count, GPUs in use, free GPUs and size of each domain)
+        score the same for any pod, so scores are computed once per state and gathered to the
+        nodes through `gpu_state` (rows,). States are never removed or changed, only appended.
+        """
+        width = self.free_per_domain.shape[1]
+        cached = self._gpu_state_arrays
+        if cached is not None and cached.free.shape == (len(self.gpu_states), width):
+            return cached
+        count = len(self.gpu_states)
+        free = np.zeros((count, width), dtype=np.int64)  # free: (states, domains)
+        size = np.zeros((count, width), dtype=np.int64)  # size: (states, domains)
+        total = np.zeros(count, dtype=np.int64)  # total: (states,)
+        used = np.zeros(count, dtype=np.int64)  # used: (states,)
+        for k, (gpus, in_use, free_k, size_k) in enumerate(self.gpu_states):
+            total[k], used[k] = gpus, in_use
+            free[k, : len(free_k)] = free_k
+            size[k, : len(size_k)] = size_k
+        self._gpu_state_arrays = GpuStateArrays(free, size, total, used)
+        return self._gpu_state_arrays
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def add_or_update_node(self, node: NodeInfo) -> None:
+        """Insert or replace a node, keeping the pods counted on it."""
+        self.generation += 1
+        row = self.row_of.get(node.name)
+        if row is None:
+            if self._free_rows:
+                row = self._free_rows.pop()
+                self.names[row] = node.name
+            else:
+                row = len(self.names)
+                self._grow_rows(row + 1)
+                self.names.append(node.name)
+            self.row_of[node.name] = row
+            self.pods_on_node.setdefault(node.name, set())
+        self.nodes[node.name] = node
+        self.valid[row] = True
+        self.unschedulable[row] = node.unschedulable
+        self.allocatable[row] = node.allocatable
+        topology = node.topology
+        self._grow_columns(topology.gpu_count, topology.domain_count)
+        self.gpu_domain[row] = -1
+        self.gpu_domain[row, : topology.gpu_count] = topology.gpu_domain_ids()
+        self.mig_allocatable[row] = 0
+        for resource, amount in node.mig.items():
+            mig_column = self._mig_column(resource)  # may widen the arrays: index after
+            self.mig_allocatable[row, mig_column] = amount
+        group = self._taint_group_index.get(node.taints)
+        if group is None:
+            group = len(self.taint_groups)
+            self.taint_groups.append(node.taints)
+            self._taint_group_index[node.taints] = group
+        self.taint_group[row] = group
+        for key, column in self.label_columns.items():
+            value = node.labels.get(key)
+            column.codes[row] = -1 if value is None else column.code(value)
+        self._recount_usage(row)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; its pods stay known and count again if the node comes back."""
+        row = self.row_of.pop(name, None)
+        if row is None:
+            return
+        self.generation += 1
+        self.nodes.pop(name, None)
+        self.valid[row] = False
+        self.names[row] = ""
+        self._free_rows.append(row)
+
+    def _recount_usage(self, row: int) -> None:
+        """Rebuild one node's usage from the pods counted on it (after a node change)."""
+        name = self.names[row]
+        self.requested[row] = 0
+        self.free[row] = self.allocatable[row]
+        self.gpu_used[row] = False
+        self.mig_requested[row] = 0
+        states = [self.pods[key] for key in self.pods_on_node.get(name, ())]
+        wanted = {state.info.key: state.gpus or state.info.gpu_indices for state in states}
+        # Pods that name their GPUs first, so a pod placed by the fill order cannot take them.
+        for state in sorted(states, key=lambda st: (wanted[st.info.key] is None, st.info.key)):
+            state.gpus = ()
+            state.gpus = self._pick_gpus(row, state.info, wanted[state.info.key])
+            self._charge(row, state, sign=1)
+        self._recount_domains(row)
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def _charge(self, row: int, state: PodState, sign: int) -> None:
+        self.requested[row] += sign * state.info.requests
+        self.free[row] = self.allocatable[row] - self.requested[row]
+        for resource, amount in state.info.mig.items():
+            mig_column = self._mig_column(resource)  # may widen the arrays: index after
+            self.mig_requested[row, mig_column] += sign * amount
+        if state.gpus and sign > 0:
+            self.gpu_used[row, list(state.gpus)] = True
+
+    def _rebuild_gpu_used(self, row: int) -> None:
+        """Mark exactly the GPUs held by the states counted on the row (after a removal: a
+        reservation may hold the same GPUs as a leaving victim)."""
+        self.gpu_used[row] = False
+        for key in self.pods_on_node.get(self.names[row], ()):
+            gpus = self.pods[key].gpus
+            if gpus:
+                self.gpu_used[row, list(gpus)] = True
+
+    def _pick_gpus(self, row: int, pod: PodInfo, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
+        node = self.nodes[self.names[row]]
+        count = pod.gpus
+        if count == 0:
+            return ()
+        used = self.gpu_used[row, : node.topology.gpu_count]  # used: (gpus,)
+        if wanted is not None:
+            if len(wanted) == count and all(
+                g < node.topology.gpu_count and not used[g] for g in wanted
+            ):
+                return wanted
+            log.warning(
+                "gpu_annotation_conflict",
+                pod=pod.key,
+                node=node.name,
+                annotated=list(wanted),
+                detail="indices out of range, taken, or not matching the GPU request; "
+                "using the fill order instead",
+            )
+        choice = choose_gpus(node.topology, used.copy(), count)
+        if choice is not None:
+            return choice.gpus
+        free = [int(g) for g in np.flatnonzero(~used)]
+        log.warning("gpu_overcommit", pod=pod.key, node=node.name, requested=count, free=free)
+        return tuple(free[:count])
+
+    def _insert(self, pod: PodInfo, node: str, gpus: tuple[int, ...] | None, assumed: bool) -> None:
+        self.generation += 1
+        state = PodState(pod, node, (), assumed)
+        self.pods[pod.key] = state
+        self._index_pod_affinity(pod.key, pod, counted=True)
+        self.pods_on_node.setdefault(node, set()).add(pod.key)
+        row = self.row_of.get(node)
+        if row is None:  # node not known (yet): the pod is remembered and counted when it appears
+            state.gpus = gpus or ()
+            return
+        state.gpus = self._pick_gpus(row, pod, gpus)
+        self._charge(row, state, sign=1)
+        self._recount_domains(row)
+
+    def _delete(self, key: str) -> PodState | None:
+        state = self.pods.pop(key, None)
+        if state is None:
+            return None
+        self._index_pod_affinity(key, state.info, counted=False)
+        self.generation += 1
+        self.pods_on_node.get(state.node, set()).discard(key)
+        row = self.row_of.get(state.node)
+        if row is not None:
+            self._charge(row, state, sign=-1)
+            self._rebuild_gpu_used(row)
+            if self._short_of_gpus(state.node):
+                self._recount_usage(row)  # an overcommitted pod can now get real GPUs
+            else:
+                self._recount_domains(row)
+        return state
+
+    def _short_of_gpus(self, node: str) -> bool:
+        """Whether a pod on `node` holds fewer GPU indices than it asks for (overcommit)."""
+        return any(
+            len(self.pods[key].gpus) < self.pods[key].info.gpus
+            for key in self.pods_on_node.get(node, ())
+        )
+
+    def assume(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
+        """Count `pod` on `node` with `gpus` before its binding is confirmed."""
+        if pod.key in self.pods:
+            raise ValueError(f"pod {pod.key} is already in the cache")
+        self._insert(pod, node, gpus, assumed=True)
+
+    def finish_binding(self, key: str, now: float) -> None:
+        """The binding call succeeded: the assumed pod waits for the informer to confirm it
+        (it is never expired; see the module docstring)."""
+        state = self.pods.get(key)
+        if state is not None and state.assumed:
+            state.binding_finished_at = now
+
+    def forget(self, key: str) -> None:
+        """Give back an assumed pod's resources (its binding failed), and the volumes its cycle
+        assumed it would pre-bind."""
+        self.volumes.revert(key)
+        state = self.pods.get(key)
+        if state is not None and state.assumed:
+            self._delete(key)
+
+    def is_assumed(self, key: str) -> bool:
+        state = self.pods.get(key)
+        return state is not None and state.assumed
+
+    def add_pod(self, pod: PodInfo) -> None:
+        """A pod the informer reports. Bound, unfinished pods are counted; others are dropped."""
+        existing = self.pods.get(pod.key)
+        if not pod.holds_resources:
+            # An assumed pod stays while the informer still shows it pending; once it shows it
+            # bound and finished, it is done.
+            if existing is not None and (not existing.assumed or pod.bound):
+                self._delete(pod.key)
+            return
+        if existing is not None:
+            if existing.assumed and existing.node == pod.node_name:
+                existing.assumed = False
+                existing.binding_finished_at = None
+                existing.info = pod
+                return
+            if (
+                not existing.assumed
+                and existing.info.uid == pod.uid
+                and existing.node == pod.node_name
+                and existing.info.gpus == pod.gpus
+                and existing.info.mig == pod.mig
+                and (
+                    pod.gpu_indices is None or pod.gpu_indices == existing.gpus or existing.observed
+                )
+            ):
+                self._replace_info(existing, pod)
+                return
+            self._delete(pod.key)
+        self._insert(pod, pod.node_name, pod.gpu_indices, assumed=False)
+
+    def _replace_info(self, state: PodState, pod: PodInfo) -> None:
+        """Same pod, same node and GPUs: only its requests may have changed (in-place resize)."""
+        row = self.row_of.get(state.node)
+        if row is not None and not np.array_equal(state.info.requests, pod.requests):
+            self._charge(row, state, sign=-1)
+            state.info = pod
+            self._charge(row, state, sign=1)
+            self._recount_domains(row)
+            self.generation += 1
+        else:
+            state.info = pod
+
+    update_pod = add_pod
+
+    def remove_pod(self, key: str) -> None:
+        """The pod was deleted: give its resources back."""
+        self._delete(key)
+
+    def correct_gpus(self, pod_key: str, node: str, gpus: tuple[int, ...]) -> bool:
+        """Record the GPU indices a bound pod really holds (from dcgm-exporter); True when the
+        cache changed. Pods not counted on `node`, assumed pods and reservations are left alone,
+        as are indices the node does not have."""
+        state = self.pods.get(pod_key)
+        if state is None or state.assumed or state.node != node or node not in self.nodes:
+            return False
+        if tuple(sorted(state.gpus)) == tuple(sorted(gpus)) and state.observed:
+            return False
+        if len(gpus) != state.info.gpus or any(
+            g >= self.nodes[node].topology.gpu_count for g in gpus
+        ):
+            return False
+        self._delete(pod_key)
+        self._insert(state.info, node, tuple(sorted(gpus)), assumed=False)
+        self.pods[pod_key].observed = True
+        return True
+
+    def correct_node_gpus(self, node: str, observed: Mapping[str, tuple[int, ...]]) -> list[str]:
+        """Record at once the GPU indices several bound pods of `node` really hold (from
+        dcgm-exporter): `observed` maps pod key -> indices. Returns the keys the cache changed.
+
+        All affected pods leave the node first and are then counted again with their observed
+        indices, so swaps and rotations between them (pod A on B's GPU and B on A's) converge in
+        one call; one pod at a time would see the other's old index as taken. A pod is skipped,
+        as in `correct_gpus`, when it is not counted on `node`, is assumed or a reservation, or
+        its indices do not match its request or the node; duplicates across pods skip both.
+        """
+        if node not in self.nodes:
+            return []
+        gpu_count = self.nodes[node].topology.gpu_count
+        wanted: dict[str, tuple[int, ...]] = {}
+        for key, gpus in observed.items():
+            state = self.pods.get(key)
+            indices = tuple(sorted(gpus))
+            if (
+                state is None
+                or state.assumed
+                or state.reserved_at is not None
+                or state.node != node
+                or len(indices) != state.info.gpus
+                or len(set(indices)) != len(indices)
+                or any(g < 0 or g >= gpu_count for g in indices)
+                or (tuple(sorted(state.gpus)) == indices and state.observed)
+            ):
+                continue
+            wanted[key] = indices
+        claims = Counter(g for indices in wanted.values() for g in indices)
+        wanted = {k: v for k, v in wanted.items() if all(claims[g] == 1 for g in v)}
+        if not wanted:
+            return []
+        states = {key: self.pods[key] for key in wanted}
+        for key in sorted(wanted):
+            self._delete(key)
+        changed: list[str] = []
+        for key in sorted(wanted):
+            self._insert(states[key].info, node, wanted[key], assumed=False)
+            state = self.pods[key]
+            state.observed = state.gpus == wanted[key]
+            if state.observed:
+                changed.append(key)
+        return changed
+
+    # -- reservations and what-if ---------------------------------------------------------------
+
+    def _put(self, key: str, state: PodState) -> None:
+        """Count `state` exactly as given (GPU indices included), overlaps allowed."""
+        self.generation += 1
+        self.pods[key] = state
+        self._index_pod_affinity(key, state.info, counted=True)
+        self.pods_on_node.setdefault(state.node, set()).add(key)
+        row = self.row_of.get(state.node)
+        if row is not None:
+            self._charge(row, state, sign=1)
+            self._recount_domains(row)
+
+    def reserve(self, pod: PodInfo, node: str, gpus: tuple[int, ...], now: float) -> None:
+        """Hold room on `node` for `pod` while the pods evicted for it terminate: its requests
+        count against the node and `gpus` stay in use for every other pod, also after the
+        victims are gone, until `drop_reservation` or `expire_reservations`."""
+        self.drop_reservation(pod.key)
+        state = PodState(pod, node, gpus, assumed=True, reserved_at=now)
+        self._put(RESERVATION_PREFIX + pod.key, state)
+
+    def reservation(self, pod_key: str) -> PodState | None:
+        return self.pods.get(RESERVATION_PREFIX + pod_key)
+
+    def drop_reservation(self, pod_key: str) -> None:
+        """Give the room back (also when called inside `released`: it is then not restored)."""
+        self._delete(RESERVATION_PREFIX + pod_key)
+        self._released.pop(RESERVATION_PREFIX + pod_key, None)
+
+    def expire_reservations(self, now: float, ttl: float) -> list[str]:
+        """Drop reservations older than `ttl` seconds; returns the pods they were for."""
+        expired = [
+            key.removeprefix(RESERVATION_PREFIX)
+            for key, state in self.pods.items()
+            if state.reserved_at is not None and now - state.reserved_at > ttl
+        ]
+        for pod_key in expired:
+            log.warning("reservation_expired", pod=pod_key, ttl_s=ttl)
+            self.drop_reservation(pod_key)
+        return expired
+
+    @contextmanager
+    def released(self, pod_key: str) -> Iterator[None]:
+        """Within the block, the pod's own reservation does not count (its cycle may use that
+        room); afterwards it is restored unless the block dropped or replaced it."""
+        key = RESERVATION_PREFIX + pod_key
+        state = self._delete(key)
+        if state is not None:
+            self._released[key] = state
+        try:
+            yield
+        finally:
+            kept = self._released.pop(key, None)
+            if kept is not None and key not in self.pods:
+                self._put(key, kept)
+
+    @contextmanager
+    def without(self, keys: Iterable[str]) -> Iterator[None]:
+        """Within the block the given pods are not counted (what-if for victim selection);
+        afterwards they are counted again with the same GPU indices."""
+        removed = [(key, state) for key in keys if (state := self._delete(key)) is not None]
+        try:
+            yield
+        finally:
+            for key, state in removed:
+                self._put(key, state)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def node_gpus_used(self, name: str) -> npt.NDArray[np.bool_]:
+        """GPU-in-use mask of one node, (gpus,)."""
+        row = self.row_of[name]
+        return self.gpu_used[row, : self.nodes[name].topology.gpu_count].copy()
+
+    def gpus_of(self, key: str) -> tuple[int, ...]:
+        state = self.pods.get(key)
+        return state.gpus if state else ()
+
+    def iter_pods_on(self, node: str) -> Iterator[PodState]:
+        for key in sorted(self.pods_on_node.get(node, ())):
+            yield self.pods[key]
+
+    def overcommitted_gpus(self) -> dict[str, int]:
+        """Nodes where more GPUs are requested than allocatable, by how many (for tests/logs)."""
+        rows = self.valid[: self.rows]  # rows: (nodes,)
+        excess = self.requested[: self.rows, GPU] - self.allocatable[: self.rows, GPU]
+        return {self.names[r]: int(excess[r]) for r in np.flatnonzero(rows & (excess > 0))}
+
+    def _index_pod_affinity(self, key: str, pod: PodInfo, counted: bool) -> None:
+        """Keep `with_pod_affinity` and `with_required_anti_affinity` in step with `pods`, so
+        the InterPodAffinity plugin visits only those few pods (a pod's terms never change)."""
+        affinity = pod.pod_affinity
+        if affinity is None:
+            return
+        if not counted:
+            self.with_pod_affinity.discard(key)
+            self.with_required_anti_affinity.discard(key)
+            return
+        self.with_pod_affinity.add(key)
+        if affinity.required_anti_affinity:
+            self.with_required_anti_affinity.add(key)
