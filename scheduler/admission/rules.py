@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reclaim.policy import PolicyStatus, parse_policy
-from scheduler.model.objects import GPU_RESOURCE
+from scheduler.model.resources import GPU_RESOURCE
 from topology.mig import MIG_RESOURCE_PREFIX
 
 ENABLED_LABEL = "gpu-scheduler.io/enabled"

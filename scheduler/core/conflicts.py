@@ -23,7 +23,7 @@ import structlog
 
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
 from scheduler.kube.leader import Elector, LeadershipLost
-from scheduler.model.objects import GPU
+from scheduler.model.resources import GPU
 from scheduler.state.cache import ClusterCache, PodState
 
 log = structlog.get_logger("gpu-scheduler.core.conflicts")

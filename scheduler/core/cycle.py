@@ -75,7 +75,8 @@ from scheduler.kube.binding import (
 from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from scheduler.kube.podgroups import SCHEDULER_ERROR, set_pod_group_condition
 from scheduler.kube.tasks import TaskSet
-from scheduler.model.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo, sorted_errors
+from scheduler.model.fields import sorted_errors
+from scheduler.model.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo
 from scheduler.model.unsupported import NAME as UNSUPPORTED
 from scheduler.model.unsupported import unsupported_message
 from scheduler.plugins.nvlink import NAME as NVLINK

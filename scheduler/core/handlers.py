@@ -32,7 +32,8 @@ import structlog
 from scheduler.core.queue import IN_FLIGHT, UNSCHEDULABLE, SchedulingQueue
 from scheduler.gangs.tracker import GangTracker, PodGroupInfo, gang_key, parse_pod_group
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
-from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod, pod_ref, sorted_errors
+from scheduler.model.fields import sorted_errors
+from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod, pod_ref
 from scheduler.state.cache import ClusterCache
 
 log = structlog.get_logger("gpu-scheduler.core.handlers")

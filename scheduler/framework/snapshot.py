@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.model.objects import GPU, Taint
+from scheduler.model.fields import Taint
+from scheduler.model.resources import GPU
 from scheduler.state.cache import ClusterCache, GpuStateArrays, LabelColumn
 
 

@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 import structlog
 
 from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
-from scheduler.model.objects import KUEUE_PREFIX, FieldError, PodInfo
+from scheduler.model.fields import FieldError
+from scheduler.model.objects import KUEUE_PREFIX, PodInfo
 from topology.text import clip, quote
 
 log = structlog.get_logger("gpu-scheduler.kueue")

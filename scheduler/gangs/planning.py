@@ -37,7 +37,8 @@ import numpy.typing as npt
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.gangs.tracker import PodGroupInfo
-from scheduler.model.objects import PodInfo, sorted_errors
+from scheduler.model.fields import sorted_errors
+from scheduler.model.objects import PodInfo
 from scheduler.model.unsupported import unsupported_message
 from scheduler.state.cache import ClusterCache
 from topology.occupancy import NO_DOMAIN, choose_gpus

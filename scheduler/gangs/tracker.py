@@ -36,7 +36,8 @@ from scheduler.gangs.kueue import (
     member_count,
 )
 from scheduler.kube.podgroups import CONDITION_TYPE as SCHEDULED_CONDITION
-from scheduler.model.objects import COSCHEDULING_PREFIX, FieldError, PodInfo, PodRef
+from scheduler.model.fields import FieldError
+from scheduler.model.objects import COSCHEDULING_PREFIX, PodInfo, PodRef
 from topology.text import clip, quote
 
 MAX_MIN_COUNT = 100_000

@@ -23,86 +23,66 @@ base units (bytes, pods, GPUs).
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import structlog
 
+from scheduler.model.fields import (
+    FieldError,
+    NodeSelectorTerm,
+    Taint,
+    Toleration,
+    error_reporter,
+    list_of,
+    object_at,
+    parse_node_selector_term,
+    parse_timestamp,
+    string_map,
+    text_of,
+)
+from scheduler.model.pod_affinity import PodAffinity, parse_pod_affinity
 from scheduler.model.podfields import HostPort, pod_features
 from scheduler.model.preemption_policy import read_preemption_policy
-from scheduler.model.quantity import QuantityError, base_units, cpu_millis
+from scheduler.model.resources import (
+    GPU,
+    GPU_RESOURCE,
+    PODS,
+    RESOURCES,
+    ResourceVector,
+    pod_requests,
+    resource_amount,
+    resource_list,
+    vector_resource,
+)
 from scheduler.model.spread import SpreadConstraint, parse_spread_constraints
 from scheduler.model.unsupported import unsupported_fields
+from scheduler.model.volumes import pod_claims
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, domains_for_node
-from topology.mig import is_mig_resource, parse_mig_profile
+from topology.mig import is_mig_resource
 from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
 from topology.text import clip, quote
 
-if TYPE_CHECKING:
-    from scheduler.model.pod_affinity import PodAffinity
-
-GPU_RESOURCE = "nvidia.com/gpu"
-RESOURCES: tuple[str, ...] = ("cpu", "memory", "ephemeral-storage", "pods", GPU_RESOURCE)
-CPU, MEMORY, EPHEMERAL, PODS, GPU = range(len(RESOURCES))
 NVLINK_DOMAIN_ANNOTATION = "gpu-scheduler.io/nvlink-domain"
+
+
 """Pod annotation with the NVLink domain the scheduler chose ("-1" when the GPUs span domains)."""
+
+
 NVLINK_POLICY_ANNOTATION = "gpu-scheduler.io/nvlink-policy"
+
+
 """Pod annotation: "preferred" (default; spanning domains is allowed but scores lower) or
 "required" (only nodes where the GPUs fit inside one domain)."""
+
+
 NVLINK_POLICIES = ("preferred", "required")
+
+
 FINISHED_PHASES = ("Succeeded", "Failed")
-
-ResourceVector = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """A problem with one field of an object, worded for an Event."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str
-    operator: str  # "Equal" or "Exists"
-    value: str
-    effect: str  # "" matches every effect
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    value: str
-    effect: str
-
-    def __str__(self) -> str:
-        return f"{{{self.key}: {self.value}}}"
-
-
-@dataclass(frozen=True)
-class SelectorRequirement:
-    key: str
-    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class NodeSelectorTerm:
-    """matchExpressions over labels and matchFields (only metadata.name exists) ANDed."""
-
-    expressions: tuple[SelectorRequirement, ...]
-    fields: tuple[SelectorRequirement, ...]
 
 
 @dataclass(frozen=True)
@@ -187,244 +167,43 @@ class NodeInfo:
     """Allocatable extended resources beyond `allocatable` and `mig` (example.com/foo)."""
 
 
-def _timestamp(raw: object) -> datetime | None:
-    if not isinstance(raw, str):
-        return None
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _str(raw: object) -> str:
-    """`str(raw)`; for what `str` refuses (an integer of more than 4300 digits), a bounded
-    description of it."""
-    if isinstance(raw, str):
-        return raw
-    try:
-        return str(raw)
-    except (ValueError, RecursionError):
-        return quote(raw)
-
-
-def _string_map(raw: object) -> dict[str, str]:
-    if not isinstance(raw, Mapping):
-        return {}
-    return {_str(k): _str(v) for k, v in raw.items()}
-
-
-def _list(raw: object) -> list[Any]:
-    return list(raw) if isinstance(raw, list) else []
-
-
-def _map(raw: object, where: str, errors: list[FieldError]) -> Mapping[str, Any]:
-    """`raw` if it is a JSON object; {} (absent) if None; otherwise an error naming `where`."""
-    if raw is None:
-        return {}
-    if isinstance(raw, Mapping):
-        return raw
-    errors.append(FieldError(where, f"must be an object, got {type(raw).__name__}"))
-    return {}
-
-
-def _resources(raw: object, where: str, errors: list[FieldError]) -> dict[str, Any]:
-    """A resource list (`requests`, `limits`, `allocatable`, `overhead`): `_map`, keeping only
-    string keys (others are reported)."""
-    found: dict[str, Any] = {}
-    for name, value in _map(raw, where, errors).items():
-        if isinstance(name, str):
-            found[name] = value
-        else:
-            errors.append(FieldError(where, f"resource name {quote(name)} is not a string"))
-    return found
-
-
-POD_LEVEL_RESOURCES = ("cpu", "memory")
-"""Resources a pod-level `spec.resources.requests` overrides (kube's supported pod-level ones)."""
-MAX_AMOUNT = 2**62
-"""Largest amount of a resource accepted (the arrays are int64 and sums must not overflow)."""
 MAX_NODE_GPUS = 64
+
+
 """GPUs per node the topology model accepts (NVLink domains and GPU masks are per GPU)."""
+
+
 MAX_NODE_MIG_PROFILES = 32
+
+
 """MIG profiles per node the model accepts (each is a column of the cache's MIG arrays; a GPU
 has at most a handful)."""
-_INTEGER_RE = re.compile(r"^-?[0-9]{1,18}$")
-
-
-@functools.lru_cache(maxsize=4096)
-def _quantity(cpu: bool, value: str) -> int:
-    """A quantity string in millicores (`cpu`) or base units, memoised: pods repeat the same few
-    spellings ("100m", "128Mi", "1"), and the Decimal parse is most of a pod's parsing time.
-    Raises `QuantityError` (not cached) like `cpu_millis` / `base_units`."""
-    return cpu_millis(value) if cpu else base_units(value)
-
-
-def _resource_amount(name: str, value: object, where: str, errors: list[FieldError]) -> int:
-    field = f"{where}.{clip(name)}"
-    try:
-        if type(value) is str:
-            amount = _quantity(name == "cpu", value)
-        else:
-            amount = cpu_millis(value) if name == "cpu" else base_units(value)  # type: ignore[arg-type]
-    except QuantityError as error:
-        errors.append(FieldError(field, str(error)))
-        return 0
-    if amount < 0:
-        errors.append(FieldError(field, f"must not be negative, got {quote(value)}"))
-        return 0
-    if amount > MAX_AMOUNT:
-        errors.append(FieldError(field, f"is too large: {quote(value)}"))
-        return 0
-    if is_mig_resource(name):
-        try:
-            parse_mig_profile(name)
-        except ValueError as error:
-            errors.append(FieldError(field, str(error)))
-            return 0
-    return amount
-
-
-def _overcommit_allowed(name: str) -> bool:
-    """Whether requests of `name` may be below its limit: Kubernetes allows it for its native
-    resources (no domain, or kubernetes.io/) except huge pages; extended resources such as
-    nvidia.com/gpu must have requests equal to limits."""
-    if name.startswith("hugepages-"):
-        return False
-    return "/" not in name or name.startswith("kubernetes.io/")
-
-
-def _container_requests(
-    container: Mapping[str, Any], where: str, errors: list[FieldError]
-) -> dict[str, int]:
-    """Requests of one container; extended resources default to their limits, as the API does."""
-    if not isinstance(container, Mapping):
-        errors.append(FieldError(where, f"must be an object, got {type(container).__name__}"))
-        return {}
-    resources = _map(container.get("resources"), f"{where}.resources", errors)
-    requests = _resources(resources.get("requests"), f"{where}.resources.requests", errors)
-    limits = _resources(resources.get("limits"), f"{where}.resources.limits", errors)
-    amounts: dict[str, int] = {}
-    for name, value in limits.items():
-        if name not in ("cpu", "memory", "ephemeral-storage") and name not in requests:
-            amounts[name] = _resource_amount(name, value, f"{where}.resources.limits", errors)
-    for name, value in requests.items():
-        amounts[name] = _resource_amount(name, value, f"{where}.resources.requests", errors)
-        if name in limits and not _overcommit_allowed(name):
-            before = len(errors)
-            limit = _resource_amount(name, limits[name], f"{where}.resources.limits", errors)
-            if len(errors) == before and limit != amounts[name]:
-                errors.append(
-                    FieldError(
-                        f"{where}.resources.requests.{clip(name)}",
-                        f"must equal its limit for an extended resource (request "
-                        f"{quote(value)}, limit {quote(limits[name])})",
-                    )
-                )
-    return amounts
-
-
-def pod_requests(spec: Mapping[str, Any], errors: list[FieldError]) -> dict[str, int]:
-    """kube-scheduler's effective request (resourcehelper.PodRequests): the sum over containers
-    and sidecar init containers, at least each init container's request plus the sidecars
-    started before it, replaced by the pod-level request (`spec.resources.requests`) for cpu and
-    memory when set, plus pod overhead."""
-    total: dict[str, int] = {}
-    for index, container in enumerate(_list(spec.get("containers"))):
-        for name, amount in _container_requests(
-            container, f"spec.containers[{index}]", errors
-        ).items():
-            total[name] = total.get(name, 0) + amount
-    # Init containers run one after another, each beside the sidecars started before it;
-    # sidecars (restartPolicy Always) keep running, so they also add to the containers' sum.
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for index, container in enumerate(_list(spec.get("initContainers"))):
-        amounts = _container_requests(container, f"spec.initContainers[{index}]", errors)
-        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
-            for name, amount in amounts.items():
-                sidecars[name] = sidecars.get(name, 0) + amount
-                total[name] = total.get(name, 0) + amount
-            running = dict(sidecars)
-        else:
-            running = {n: amounts.get(n, 0) + sidecars.get(n, 0) for n in {*amounts, *sidecars}}
-        for name, amount in running.items():
-            init_peak[name] = max(init_peak.get(name, 0), amount)
-    for name, amount in init_peak.items():
-        total[name] = max(total.get(name, 0), amount)
-    pod_level = _map(
-        _map(spec.get("resources"), "spec.resources", errors).get("requests"),
-        "spec.resources.requests",
-        errors,
-    )
-    for name in POD_LEVEL_RESOURCES:
-        if name in pod_level:
-            total[name] = _resource_amount(name, pod_level[name], "spec.resources.requests", errors)
-    for name, value in _resources(spec.get("overhead"), "spec.overhead", errors).items():
-        total[name] = total.get(name, 0) + _resource_amount(name, value, "spec.overhead", errors)
-    for name, amount in total.items():
-        if amount > MAX_AMOUNT:
-            errors.append(
-                FieldError(f"spec.containers[*].resources.{clip(name)}", "total is too large")
-            )
-            total[name] = 0
-    return total
-
-
-def _requirements(
-    raw: object, where: str, errors: list[FieldError]
-) -> tuple[SelectorRequirement, ...]:
-    found = []
-    for index, item in enumerate(_list(raw)):
-        if not isinstance(item, Mapping) or "key" not in item or "operator" not in item:
-            errors.append(FieldError(f"{where}[{index}]", "needs key and operator"))
-            continue
-        operator = _str(item["operator"])
-        values = tuple(_str(v) for v in _list(item.get("values")))
-        if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
-            errors.append(
-                FieldError(f"{where}[{index}].operator", f"unknown operator {quote(operator)}")
-            )
-            continue
-        if operator in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER_RE.match(values[0])):
-            errors.append(
-                FieldError(f"{where}[{index}].values", f"{operator} needs one integer value")
-            )
-            continue
-        found.append(SelectorRequirement(_str(item["key"]), operator, values))
-    return tuple(found)
-
-
-def _term(raw: Mapping[str, Any], where: str, errors: list[FieldError]) -> NodeSelectorTerm:
-    return NodeSelectorTerm(
-        _requirements(raw.get("matchExpressions"), f"{where}.matchExpressions", errors),
-        _requirements(raw.get("matchFields"), f"{where}.matchFields", errors),
-    )
 
 
 def _node_affinity(
     spec: Mapping[str, Any], errors: list[FieldError]
 ) -> tuple[tuple[NodeSelectorTerm, ...], tuple[tuple[int, NodeSelectorTerm], ...]]:
     where = "spec.affinity.nodeAffinity"
-    affinity = _map(
-        _map(spec.get("affinity"), "spec.affinity", errors).get("nodeAffinity"), where, errors
+    affinity = object_at(
+        object_at(spec.get("affinity"), "spec.affinity", errors).get("nodeAffinity"), where, errors
     )
-    required_raw = _map(
+    required_raw = object_at(
         affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
         f"{where}.requiredDuringSchedulingIgnoredDuringExecution",
         errors,
     )
     required = tuple(
-        _term(
+        parse_node_selector_term(
             term,
             f"{where}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]",
             errors,
         )
-        for i, term in enumerate(_list(required_raw.get("nodeSelectorTerms")))
+        for i, term in enumerate(list_of(required_raw.get("nodeSelectorTerms")))
         if isinstance(term, Mapping)
     )
     preferred = []
     for i, item in enumerate(
-        _list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
+        list_of(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))
     ):
         item_where = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
         weight = item.get("weight") if isinstance(item, Mapping) else None
@@ -434,8 +213,8 @@ def _node_affinity(
         preferred.append(
             (
                 weight,
-                _term(
-                    _map(item.get("preference"), f"{item_where}.preference", errors),
+                parse_node_selector_term(
+                    object_at(item.get("preference"), f"{item_where}.preference", errors),
                     f"{item_where}.preference",
                     errors,
                 ),
@@ -446,15 +225,15 @@ def _node_affinity(
 
 def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     found = []
-    for item in _list(spec.get("tolerations")):
+    for item in list_of(spec.get("tolerations")):
         if not isinstance(item, Mapping):
             continue
         found.append(
             Toleration(
-                key=_str(item.get("key") or ""),
-                operator=_str(item.get("operator") or "Equal"),
-                value=_str(item.get("value") or ""),
-                effect=_str(item.get("effect") or ""),
+                key=text_of(item.get("key") or ""),
+                operator=text_of(item.get("operator") or "Equal"),
+                value=text_of(item.get("value") or ""),
+                effect=text_of(item.get("effect") or ""),
             )
         )
     return tuple(found)
@@ -474,33 +253,21 @@ def _priority(raw: object, errors: list[FieldError]) -> int:
     return raw
 
 
-def _reporter(errors: list[FieldError]) -> Callable[[str, str], None]:
-    def report(where: str, message: str) -> None:
-        errors.append(FieldError(where, message))
-
-    return report
-
-
-def _vector_resource(name: str) -> bool:
-    """Held in the resource vector or a MIG column (else an extended, scalar resource)."""
-    return name in RESOURCES or is_mig_resource(name)
-
-
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     """A PodInfo from a Pod's JSON. Never raises; problems land in `errors`."""
     errors: list[FieldError] = []
-    metadata = _map(obj.get("metadata"), "metadata", errors)
-    spec = _map(obj.get("spec"), "spec", errors)
-    status = _map(obj.get("status"), "status", errors)
+    metadata = object_at(obj.get("metadata"), "metadata", errors)
+    spec = object_at(obj.get("spec"), "spec", errors)
+    status = object_at(obj.get("status"), "status", errors)
     requests = pod_requests(spec, errors)
-    features = pod_features(spec, requests, _vector_resource, report=_reporter(errors))
+    features = pod_features(spec, requests, vector_resource, report=error_reporter(errors))
     vector = np.array([requests.get(name, 0) for name in RESOURCES], dtype=np.int64)
     vector[PODS] = 1
     mig: dict[str, int] = {}
     for name, amount in requests.items():
         if is_mig_resource(name) and amount:
             mig[name] = amount
-    annotations = _string_map(metadata.get("annotations"))
+    annotations = string_map(metadata.get("annotations"))
     gpus = int(vector[GPU])
     gpu_indices: tuple[int, ...] | None = None
     if GPUS_ANNOTATION in annotations:
@@ -520,33 +287,33 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     required, preferred = _node_affinity(spec, errors)
     pod_affinity = _pod_affinity(spec, metadata, errors)
     priority = _priority(spec.get("priority"), errors)
-    namespace = _str(metadata.get("namespace") or "")
-    name = _str(metadata.get("name") or "")
+    namespace = text_of(metadata.get("namespace") or "")
+    name = text_of(metadata.get("name") or "")
     scheduled_at = None
-    for condition in _list(status.get("conditions")):
+    for condition in list_of(status.get("conditions")):
         if (
             isinstance(condition, Mapping)
             and condition.get("type") == "PodScheduled"
             and condition.get("status") == "True"
         ):
-            scheduled_at = _timestamp(condition.get("lastTransitionTime"))
+            scheduled_at = parse_timestamp(condition.get("lastTransitionTime"))
     if scheduled_at is None and spec.get("nodeName"):
-        scheduled_at = _timestamp(status.get("startTime"))
-    spread = parse_spread_constraints(spec, _string_map(metadata.get("labels")), errors, FieldError)
-    preemption_policy = read_preemption_policy(spec, _reporter(errors))
+        scheduled_at = parse_timestamp(status.get("startTime"))
+    spread = parse_spread_constraints(spec, string_map(metadata.get("labels")), errors, FieldError)
+    preemption_policy = read_preemption_policy(spec, error_reporter(errors))
     pod_group = _gang_of(spec, metadata, f"{namespace}/{name}", errors)
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
         name=name,
-        uid=_str(metadata.get("uid") or ""),
-        resource_version=_str(metadata.get("resourceVersion") or ""),
-        scheduler_name=_str(spec.get("schedulerName") or "default-scheduler"),
-        node_name=_str(spec.get("nodeName") or ""),
-        phase=_str(status.get("phase") or "Pending"),
+        uid=text_of(metadata.get("uid") or ""),
+        resource_version=text_of(metadata.get("resourceVersion") or ""),
+        scheduler_name=text_of(spec.get("schedulerName") or "default-scheduler"),
+        node_name=text_of(spec.get("nodeName") or ""),
+        phase=text_of(status.get("phase") or "Pending"),
         priority=priority,
-        priority_class=_str(spec.get("priorityClassName") or ""),
-        created=_timestamp(metadata.get("creationTimestamp")),
+        priority_class=text_of(spec.get("priorityClassName") or ""),
+        created=parse_timestamp(metadata.get("creationTimestamp")),
         terminating=metadata.get("deletionTimestamp") is not None,
         requests=vector,
         gpus=gpus,
@@ -554,10 +321,10 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         gpu_indices=gpu_indices,
         nvlink_policy=policy,
         tolerations=_tolerations(spec),
-        node_selector=_string_map(spec.get("nodeSelector")),
+        node_selector=string_map(spec.get("nodeSelector")),
         required_terms=required,
         preferred_terms=preferred,
-        labels=_string_map(metadata.get("labels")),
+        labels=string_map(metadata.get("labels")),
         annotations=annotations,
         errors=tuple(errors),
         scheduled_at=scheduled_at,
@@ -568,7 +335,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         scalar=features.scalar,
         unsupported=unsupported_fields(obj),
         preemption_policy=preemption_policy,
-        claims=_pod_claims(spec, errors),
+        claims=pod_claims(spec, errors),
         pod_group=pod_group,
     )
 
@@ -578,7 +345,7 @@ def _gang_of(
 ) -> str:
     """`PodInfo.pod_group`: spec.schedulingGroup's PodGroup, else the coscheduling label's,
     else Kueue's pod group label's."""
-    labels = _string_map(metadata.get("labels"))
+    labels = string_map(metadata.get("labels"))
     return kueue_pod_group(coscheduling_pod_group(key, _pod_group(spec, errors), labels), labels)
 
 
@@ -598,24 +365,30 @@ class PodRef:
 def pod_ref(obj: Mapping[str, Any]) -> PodRef:
     """The `PodRef` of a Pod's JSON; the fields agree with `parse_pod`'s. Never raises."""
     errors: list[FieldError] = []
-    metadata = _map(obj.get("metadata"), "metadata", errors)
-    spec = _map(obj.get("spec"), "spec", errors)
-    namespace = _str(metadata.get("namespace") or "")
-    name = _str(metadata.get("name") or "")
+    metadata = object_at(obj.get("metadata"), "metadata", errors)
+    spec = object_at(obj.get("spec"), "spec", errors)
+    namespace = text_of(metadata.get("namespace") or "")
+    name = text_of(metadata.get("name") or "")
     key = f"{namespace}/{name}"
     return PodRef(
         key=key,
         namespace=namespace,
         name=name,
-        uid=_str(metadata.get("uid") or ""),
+        uid=text_of(metadata.get("uid") or ""),
         pod_group=_gang_of(spec, metadata, key, errors),
     )
 
 
 POD_STATUS_KEPT = ("phase", "conditions", "startTime", "nominatedNodeName")
+
+
 """The Pod status fields an informer store keeps (`trim_pod`): what `parse_pod` and the pod
 handlers read."""
+
+
 NODE_STATUS_KEPT = ("allocatable",)
+
+
 """The Node status fields an informer store keeps (`trim_node`): what `parse_node` and the node
 handler read; conditions, images, addresses and nodeInfo go."""
 
@@ -646,7 +419,7 @@ def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _pod_group(spec: Mapping[str, Any], errors: list[FieldError]) -> str:
     """spec.schedulingGroup.podGroupName ("" when absent); a non-string is an error."""
-    group = _map(spec.get("schedulingGroup"), "spec.schedulingGroup", errors)
+    group = object_at(spec.get("schedulingGroup"), "spec.schedulingGroup", errors)
     name = group.get("podGroupName")
     if name is None:
         return ""
@@ -661,24 +434,24 @@ def _pod_group(spec: Mapping[str, Any], errors: list[FieldError]) -> str:
 def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     """A NodeInfo from a Node's JSON. Never raises; problems land in `errors`."""
     errors: list[FieldError] = []
-    metadata = _map(obj.get("metadata"), "metadata", errors)
-    spec = _map(obj.get("spec"), "spec", errors)
-    status = _map(obj.get("status"), "status", errors)
-    allocatable_raw = _resources(status.get("allocatable"), "status.allocatable", errors)
+    metadata = object_at(obj.get("metadata"), "metadata", errors)
+    spec = object_at(obj.get("spec"), "spec", errors)
+    status = object_at(obj.get("status"), "status", errors)
+    allocatable_raw = resource_list(status.get("allocatable"), "status.allocatable", errors)
     allocatable = np.zeros(len(RESOURCES), dtype=np.int64)
     mig: dict[str, int] = {}
     scalar: dict[str, int] = {}
     for name, value in allocatable_raw.items():
-        if not _vector_resource(name):
-            amount = _resource_amount(name, value, "status.allocatable", errors)
+        if not vector_resource(name):
+            amount = resource_amount(name, value, "status.allocatable", errors)
             if amount:
                 scalar[name] = amount
         elif name in RESOURCES:
-            allocatable[RESOURCES.index(name)] = _resource_amount(
+            allocatable[RESOURCES.index(name)] = resource_amount(
                 name, value, "status.allocatable", errors
             )
         elif is_mig_resource(name):
-            amount = _resource_amount(name, value, "status.allocatable", errors)
+            amount = resource_amount(name, value, "status.allocatable", errors)
             if amount and len(mig) >= MAX_NODE_MIG_PROFILES:
                 errors.append(
                     FieldError(
@@ -688,7 +461,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
                 )
             elif amount:
                 mig[name] = amount
-    annotations = _string_map(metadata.get("annotations"))
+    annotations = string_map(metadata.get("annotations"))
     gpu_count = int(allocatable[GPU])
     if gpu_count > MAX_NODE_GPUS:
         errors.append(
@@ -709,16 +482,20 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             )
         )
     taints = tuple(
-        Taint(_str(t.get("key") or ""), _str(t.get("value") or ""), _str(t.get("effect") or ""))
-        for t in _list(spec.get("taints"))
+        Taint(
+            text_of(t.get("key") or ""),
+            text_of(t.get("value") or ""),
+            text_of(t.get("effect") or ""),
+        )
+        for t in list_of(spec.get("taints"))
         if isinstance(t, Mapping)
     )
     return NodeInfo(
-        name=_str(metadata.get("name") or ""),
+        name=text_of(metadata.get("name") or ""),
         allocatable=allocatable,
         mig=mig,
         topology=domains.topology,
-        labels=_string_map(metadata.get("labels")),
+        labels=string_map(metadata.get("labels")),
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         errors=tuple(errors),
@@ -726,79 +503,34 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-MAX_ERRORS_TEXT = 1024
-"""Longest text `sorted_errors` returns (an Event note holds at most 1 KiB)."""
-
-
-def sorted_errors(errors: Sequence[FieldError]) -> str:
-    """All errors of an object in one line, for an Event message and a log line; at most
-    `MAX_ERRORS_TEXT` characters, ending in "(N more)" when some did not fit."""
-    shown: list[str] = []
-    used = 0
-    for index, error in enumerate(errors):
-        text = clip(str(error), MAX_ERRORS_TEXT - 80)  # the first always fits, with a note
-        if shown and used + len(text) + 2 > MAX_ERRORS_TEXT - 20:
-            shown.append(f"({len(errors) - index} more)")
-            break
-        shown.append(text)
-        used += len(text) + 2
-    return "; ".join(shown)
-
-
 def _pod_affinity(
     spec: Mapping[str, Any], metadata: Mapping[str, Any], errors: list[FieldError]
 ) -> PodAffinity | None:
-    """Pod (anti-)affinity terms, parsed by `scheduler.model.pod_affinity` (imported here: it builds
-    on this module's records)."""
-    from scheduler.model.pod_affinity import parse_pod_affinity
+    """Pod (anti-)affinity terms, parsed by `scheduler.model.pod_affinity`."""
+    namespace = text_of(metadata.get("namespace") or "")
+    return parse_pod_affinity(spec, namespace, string_map(metadata.get("labels")), errors)
 
-    namespace = _str(metadata.get("namespace") or "")
-    return parse_pod_affinity(spec, namespace, _string_map(metadata.get("labels")), errors)
-
-
-def _pod_claims(spec: Mapping[str, Any], errors: list[FieldError]) -> tuple[str, ...]:
-    """Claim names of the pod's volumes, parsed by `scheduler.model.volumes` (imported here: it
-    builds on this module's records)."""
-    from scheduler.model.volumes import pod_claims
-
-    return pod_claims(spec, errors)
-
-
-__all__ = [
-    "CPU",
-    "EPHEMERAL",
-    "GPU",
-    "MEMORY",
-    "NODE_STATUS_KEPT",
-    "PODS",
-    "POD_STATUS_KEPT",
-    "RESOURCES",
-    "FieldError",
-    "NodeInfo",
-    "NodeSelectorTerm",
-    "PodInfo",
-    "PodRef",
-    "SelectorRequirement",
-    "Taint",
-    "Toleration",
-    "parse_node",
-    "parse_pod",
-    "pod_ref",
-    "trim_node",
-    "trim_pod",
-]
-
-
-# -- scheduler-plugins coscheduling label ------------------------------------------------------
 
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
 """The pod label naming a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1, same
 namespace)."""
+
+
 COSCHEDULING_PREFIX = "scheduling.x-k8s.io/"
+
+
 """Prefix of `PodInfo.pod_group` for a labelled pod: its gang key ("ns/scheduling.x-k8s.io/name")
 never equals a v1beta1 PodGroup's ("ns/name"; object names hold no "/")."""
+
+
 _MAX_BOTH_LOGGED = 4096
+
+
 _both_logged: dict[str, None] = {}
+
+
 """Pods already logged for carrying both spec.schedulingGroup and the label (bounded, oldest
 first out): one log line per pod, not per informer event."""
 
@@ -825,11 +557,15 @@ def coscheduling_pod_group(key: str, pod_group: str, labels: Mapping[str, str]) 
     return f"{COSCHEDULING_PREFIX}{name}"
 
 
-# -- Kueue pod groups ---------------------------------------------------------------------------
-
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+
+
 """The pod label naming a Kueue pod group (plain pods admitted together as one Workload)."""
+
+
 KUEUE_PREFIX = "kueue.x-k8s.io/"
+
+
 """Prefix of `PodInfo.pod_group` for a pod of a Kueue pod group: its gang key
 ("ns/kueue.x-k8s.io/name") never equals a PodGroup's ("ns/name") nor a coscheduling one's."""
 

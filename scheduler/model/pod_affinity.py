@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.model.objects import FieldError, SelectorRequirement
+from scheduler.model.fields import FieldError, SelectorRequirement
 from topology.text import quote
 
 

@@ -32,7 +32,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from scheduler.model.objects import FieldError, NodeSelectorTerm, SelectorRequirement, _term
+from scheduler.model.fields import (
+    FieldError,
+    NodeSelectorTerm,
+    SelectorRequirement,
+    parse_node_selector_term,
+)
 from scheduler.model.pod_affinity import LabelSelector, parse_label_selector
 from scheduler.model.quantity import QuantityError, base_units
 from topology.text import quote
@@ -201,7 +206,7 @@ def _node_terms(raw: object, where: str, errors: list[str]) -> tuple[NodeSelecto
     """nodeSelectorTerms (matchExpressions, matchFields) with objects' own rules."""
     field_errors: list[FieldError] = []
     terms = tuple(
-        _term(term, f"{where}[{i}]", field_errors)
+        parse_node_selector_term(term, f"{where}[{i}]", field_errors)
         for i, term in enumerate(raw if isinstance(raw, list) else ())
         if isinstance(term, Mapping)
     )

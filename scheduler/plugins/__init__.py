@@ -1,1 +1,5 @@
-"""Filter and score plugins, each vectorized over every node row of the snapshot."""
+"""Filter and score plugins, each vectorized over every node row of the snapshot.
+
+May import: `scheduler.framework`, `scheduler.state`, `scheduler.kube`, `scheduler.model`,
+`scheduler.config`, `topology`.
+"""

@@ -45,7 +45,8 @@ import numpy.typing as npt
 
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import CPU, GPU, MEMORY, PodInfo
+from scheduler.model.objects import PodInfo
+from scheduler.model.resources import CPU, GPU, MEMORY
 from scheduler.state.cache import ClusterCache
 
 Float32Array = npt.NDArray[np.float32]

@@ -14,7 +14,8 @@ import numpy.typing as npt
 
 from scheduler.framework.interface import CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import NodeSelectorTerm, PodInfo, SelectorRequirement
+from scheduler.model.fields import NodeSelectorTerm, SelectorRequirement
+from scheduler.model.objects import PodInfo
 
 NAME = "NodeAffinity"
 REASON = "node(s) didn't match Pod's node affinity/selector"

@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import PODS, RESOURCES, PodInfo
+from scheduler.model.objects import PodInfo
+from scheduler.model.resources import PODS, RESOURCES
 from scheduler.state.cache import ClusterCache
 from topology.text import clip
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import PodInfo, Taint, Toleration
+from scheduler.model.fields import Taint, Toleration
+from scheduler.model.objects import PodInfo
 
 TAINT_NAME = "TaintToleration"
 UNSCHEDULABLE_NAME = "NodeUnschedulable"

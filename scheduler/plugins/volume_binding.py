@@ -45,7 +45,8 @@ from kubernetes_asyncio import client
 from scheduler.framework.interface import BoolArray, CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.volumes import SELECTED_NODE_ANNOTATION, prebind_volume, select_node
-from scheduler.model.objects import NodeSelectorTerm, PodInfo, SelectorRequirement
+from scheduler.model.fields import NodeSelectorTerm, SelectorRequirement
+from scheduler.model.objects import PodInfo
 from scheduler.model.volumes import (
     Claim,
     ClaimRef,

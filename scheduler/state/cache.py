@@ -49,7 +49,9 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from scheduler.model.objects import GPU, RESOURCES, NodeInfo, PodInfo, Taint
+from scheduler.model.fields import Taint
+from scheduler.model.objects import NodeInfo, PodInfo
+from scheduler.model.resources import GPU, RESOURCES
 from scheduler.model.volumes import VolumeStore
 from topology.occupancy import choose_gpus
 

@@ -77,7 +77,8 @@ from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.core.cycle import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import CPU, GPU, MEMORY, NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.model.resources import CPU, GPU, MEMORY
 from scheduler.state.cache import ClusterCache
 from scheduler.tools.simulate_gangs import (
     DEFAULT_GANG_POLICIES,

@@ -52,7 +52,8 @@ from scheduler.core.cycle import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.gangs.planning import plan_gang
-from scheduler.model.objects import GPU, NodeInfo, PodInfo, parse_pod
+from scheduler.model.objects import NodeInfo, PodInfo, parse_pod
+from scheduler.model.resources import GPU
 from scheduler.state.cache import ClusterCache
 from scheduler.tools.simulate_policies import GPU_SCHEDULER, POLICIES, gpu_scheduler_framework
 from scheduler.tools.simulate_trace import (

@@ -38,7 +38,8 @@ from scheduler.config import SchedulerConfig
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import CPU, GPU, MEMORY, PodInfo
+from scheduler.model.objects import PodInfo
+from scheduler.model.resources import CPU, GPU, MEMORY
 
 IntMatrix = npt.NDArray[np.int64]
 BoolMatrix = npt.NDArray[np.bool_]

@@ -50,8 +50,8 @@ from typing import Any
 
 import yaml
 
-from scheduler.model.objects import GPU_RESOURCE
 from scheduler.model.quantity import QuantityError, base_units, cpu_millis
+from scheduler.model.resources import GPU_RESOURCE
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, TopologyError, parse_domains
 from topology.text import clip, quote
 

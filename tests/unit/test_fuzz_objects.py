@@ -9,14 +9,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.model.objects import (
-    GPU,
-    MAX_ERRORS_TEXT,
-    MAX_NODE_GPUS,
-    parse_node,
-    parse_pod,
-    sorted_errors,
-)
+from scheduler.model.fields import MAX_ERRORS_TEXT, sorted_errors
+from scheduler.model.objects import MAX_NODE_GPUS, parse_node, parse_pod
+from scheduler.model.resources import GPU
 from tests.fuzzing import FUZZ, MAX_MESSAGE, json_values, nodes, pods
 
 

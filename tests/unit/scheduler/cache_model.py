@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import GPU
+from scheduler.model.resources import GPU
 from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import node_info, pod_info
 from topology.occupancy import choose_gpus

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import CPU, GPU, MEMORY, PODS
+from scheduler.model.resources import CPU, GPU, MEMORY, PODS
 from scheduler.state.cache import INITIAL_ROWS, ClusterCache
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, node_info, pod_info, taint
 from tests.unit.scheduler.cache_model import Op, apply, check_consistent, ops

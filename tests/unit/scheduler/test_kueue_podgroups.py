@@ -19,7 +19,8 @@ from scheduler.gangs.kueue import (
     member_count,
 )
 from scheduler.gangs.tracker import GangTracker, gang_key
-from scheduler.model.objects import COSCHEDULING_LABEL, KUEUE_GROUP_LABEL, FieldError, parse_pod
+from scheduler.model.fields import FieldError
+from scheduler.model.objects import COSCHEDULING_LABEL, KUEUE_GROUP_LABEL, parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import Harness, harness
 from tests.unit.scheduler.test_gang_cycle import FakeCustomObjects

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.model.objects import (
-    GPU,
-    GPU_RESOURCE,
-    MAX_ERRORS_TEXT,
-    MAX_NODE_GPUS,
-    MAX_NODE_MIG_PROFILES,
-    FieldError,
-    parse_node,
-    parse_pod,
-    sorted_errors,
-)
+from scheduler.model.fields import MAX_ERRORS_TEXT, FieldError, sorted_errors
+from scheduler.model.objects import MAX_NODE_GPUS, MAX_NODE_MIG_PROFILES, parse_node, parse_pod
+from scheduler.model.resources import GPU, GPU_RESOURCE
 from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import make_container, make_node, make_pod
 from topology.domains import NVLINK_DOMAINS_ANNOTATION

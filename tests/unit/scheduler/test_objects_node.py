@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.model.objects import CPU, GPU, MEMORY, PODS, Taint, parse_node
+from scheduler.model.fields import Taint
+from scheduler.model.objects import parse_node
+from scheduler.model.resources import CPU, GPU, MEMORY, PODS
 from tests.unit.scheduler.builders import make_node, taint
 
 DOMAINS_FIELD = "metadata.annotations[gpu-scheduler.io/nvlink-domains]"

@@ -8,17 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler.model.objects import (
-    CPU,
-    EPHEMERAL,
-    GPU,
-    MEMORY,
-    PODS,
-    NodeSelectorTerm,
-    SelectorRequirement,
-    Toleration,
-    parse_pod,
-)
+from scheduler.model.fields import NodeSelectorTerm, SelectorRequirement, Toleration
+from scheduler.model.objects import parse_pod
+from scheduler.model.resources import CPU, EPHEMERAL, GPU, MEMORY, PODS
 from tests.unit.scheduler.builders import (
     PREFERRED,
     REQUIRED,

@@ -12,7 +12,8 @@ from scheduler.config import ConfigError, config_from_data
 from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import CPU, GPU, MEMORY, PodInfo
+from scheduler.model.objects import PodInfo
+from scheduler.model.resources import CPU, GPU, MEMORY
 from scheduler.plugins.gpu_fragmentation import (
     GRID,
     NEUTRAL_POINTS,

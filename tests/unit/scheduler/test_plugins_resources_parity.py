@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import CPU, MEMORY, PODS, parse_pod
+from scheduler.model.objects import parse_pod
+from scheduler.model.resources import CPU, MEMORY, PODS
 from scheduler.plugins.resources import NodeResourcesFit
 from tests.unit.scheduler.builders import cluster, make_container, make_node, make_pod, rejected
 

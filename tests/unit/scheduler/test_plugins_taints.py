@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import Taint, Toleration
+from scheduler.model.fields import Taint, Toleration
 from scheduler.plugins.taints import (
     NodeUnschedulable,
     TaintToleration,

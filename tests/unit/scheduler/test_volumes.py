@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.model.objects import FieldError
+from scheduler.model.fields import FieldError
 from scheduler.model.volumes import (
     Claim,
     ClaimRef,
