@@ -558,18 +558,56 @@ def evictions_from_log(
     return evictions, unknown
 
 
+_POD_WRITE = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(binding|eviction)$")
+"""Path of a Binding or an Eviction: namespace, pod name, which."""
+
+
+def _writes_sent(records: Sequence[Obj]) -> Iterator[tuple[float, str]]:
+    """(sent_at, path) of every write a replica logged as having left the process
+    (`write_done`, or `write_failed` with `sent`), in log order."""
+    for record in records:
+        if record.get("event") not in ("write_done", "write_failed"):
+            continue
+        if record.get("event") == "write_failed" and not record.get("sent"):
+            continue
+        at = parse_time(record.get("sent_at"))
+        if at is not None:
+            yield at, str(record.get("path", ""))
+
+
 def check_stale_writes(records: Sequence[Obj], since: float) -> list[Violation]:
-    """`stale_write`: in one replica's log, a bind or eviction logged after `since` (the moment
-    it resumed from a pause longer than its Lease) and before it was elected again. A replica
-    that was paused past its Lease has lost it, so nothing it writes until a new
-    `leader_elected` may land."""
+    """`stale_write`: in one replica's log, a write that left the process after `since` (the
+    moment it resumed from a pause longer than its Lease) and before it was elected again, or a
+    bind or eviction logged in that span whose request did not go out before `since`. A replica
+    that was paused past its Lease has lost it, so nothing it sends until a new
+    `leader_elected` may land; an answer to a request sent before the pause may still arrive."""
+    elected = next(
+        (
+            at
+            for record in records
+            if record.get("event") == "leader_elected"
+            and (at := parse_time(record.get("timestamp"))) is not None
+            and at > since
+        ),
+        math.inf,
+    )
     found = []
+    in_term: set[str] = set()
+    for at, path in _writes_sent(records):
+        if at <= since:
+            match = _POD_WRITE.match(path)
+            if match:
+                in_term.add(f"{match[1]}/{match[2]}")
+        elif at < elected:
+            found.append(Violation("stale_write", path, "sent after losing the Lease"))
     for record in records:
         at = parse_time(record.get("timestamp"))
         if at is None or at <= since:
             continue
         if record.get("event") == "leader_elected":
             break
+        if str(record.get("pod")) in in_term:
+            continue  # its request went out before the pause; the answer came after
         if record.get("event") == "pod_bound" or (
             record.get("event") == "reclaim_evict" and record.get("result") == "evicted"
         ):

@@ -69,8 +69,8 @@ async def test_leader_paused_past_its_lease_writes_nothing_after_it_resumes(
 async def test_sole_leader_frozen_mid_bind_settles_its_pods_when_it_leads_again(
     scene: Scene,
 ) -> None:
-    outcome = await scenarios.sole_leader_freeze(scene, PODS, rounds=2)
-    assert outcome.injected == 2, f"froze {outcome.injected} times, after {outcome.notes}"
+    outcome = await scenarios.sole_leader_freeze(scene, PODS, rounds=3)
+    assert outcome.injected >= 3, f"froze {outcome.injected} times, after {outcome.notes}"
     assert max(outcome.notes["delays_ms"]) < 50, outcome.notes  # caught in the act of binding
     assert outcome.notes["alive"]
     assert not outcome.violations, clean(outcome)

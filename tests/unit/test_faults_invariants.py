@@ -401,3 +401,25 @@ def test_gpus_the_scheduler_keeps_reserved_for_no_bound_pod_are_reported() -> No
     (found,) = check_reserved_gpus({"a": 2.0, "b": 7.0}, pods, nodes)
     assert (found.invariant, found.subject) == ("reserved_gpus", "b")
     assert "counts 7 GPUs allocated, bound pods hold 0" in found.detail
+
+
+def test_an_answer_after_the_pause_to_a_write_sent_before_it_is_not_stale() -> None:
+    binding = "/api/v1/namespaces/ns/pods/{}/binding"
+    records = [
+        {"event": "write_failed", "path": binding.format("early"), "sent": True,
+         "sent_at": "2023-11-14T22:13:19Z", "timestamp": "2023-11-14T22:13:21Z"},
+        {"event": "pod_bound", "pod": "ns/early", "timestamp": "2023-11-14T22:13:21Z"},
+        {"event": "write_failed", "path": binding.format("never"), "sent": False,
+         "sent_at": None, "timestamp": "2023-11-14T22:13:21Z"},
+        {"event": "write_done", "path": binding.format("late"), "status": 201,
+         "sent_at": "2023-11-14T22:13:22Z", "timestamp": "2023-11-14T22:13:22Z"},
+        {"event": "pod_bound", "pod": "ns/late", "timestamp": "2023-11-14T22:13:22Z"},
+        {"event": "leader_elected", "timestamp": "2023-11-14T22:13:30Z"},
+        {"event": "write_done", "path": binding.format("after"), "status": 201,
+         "sent_at": "2023-11-14T22:13:31Z", "timestamp": "2023-11-14T22:13:31Z"},
+    ]  # fmt: skip
+    found = check_stale_writes(records, since=T0)
+    assert [(v.subject, v.detail) for v in found] == [
+        (binding.format("late"), "sent after losing the Lease"),
+        ("ns/late", "bound after losing the Lease"),
+    ]
