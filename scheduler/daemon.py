@@ -77,14 +77,13 @@ from scheduler.kube.podgroups import list_pod_groups
 from scheduler.model.objects import PodInfo, trim_node, trim_pod
 from scheduler.model.volumes import ClaimHandler, ClassHandler, VolumeHandler
 from scheduler.postfilter.gang_reclaim import GangReclaimer
-from scheduler.postfilter.reclaim import (
-    NominatedNode,
-    PodWatch,
-    PolicyStore,
-    Reclaimer,
-    UsageSource,
-)
+from scheduler.postfilter.nominated_node import NominatedNode
+from scheduler.postfilter.pod_watch import PodWatch
+from scheduler.postfilter.reclaim import Reclaimer
+from scheduler.postfilter.reclaim_policies import PolicyStore
+from scheduler.postfilter.usage import UsageSource
 from scheduler.state.cache import ClusterCache
+from scheduler.state.context import SchedulerContext
 from scheduler.state.readings import domain_gpus
 
 log = structlog.get_logger("gpu-scheduler.daemon")
@@ -132,6 +131,16 @@ class Daemon:
         collectors here, never in prometheus_client's global registry."""
         self.metrics = SchedulingMetrics(self.metrics_registry, settings.scheduler_name)
         self.recorder = EventRecorder(api_client, settings.scheduler_name, identity)
+        self.context = SchedulerContext(
+            settings=settings,
+            cache=self.cache,
+            api_client=api_client,
+            recorder=self.recorder,
+            metrics=self.metrics,
+            clock=clock,
+            is_leader=lambda: self.elector.is_leader,
+        )
+        """What the daemon's long-lived parts share (`scheduler.state.context`)."""
         framework = default_framework(settings)
         self.policies = PolicyStore(self.recorder)
         self.usage = usage_source(settings)
@@ -140,23 +149,12 @@ class Daemon:
             if isinstance(self.usage, PrometheusClient)
             else None
         )
-        self.reclaimer = Reclaimer(
-            settings.reclaim,
-            self.cache,
-            framework,
-            api_client,
-            self.recorder,
-            self.policies,
-            self.usage,
-            clock=clock,
-            is_leader=lambda: self.elector.is_leader,
-            preemption=settings.preemption,
-        )
+        self.reclaimer = Reclaimer(self.context, framework, self.policies, self.usage)
         self.reclaimer.preemption.on_attempt = self.metrics.preemption
         framework.narrowers.append(NominatedNode(self.reclaimer))
         self.gangs = GangTracker()
         self.reclaimer.gangs = self.gangs
-        self.gang_reclaimer = GangReclaimer(self.reclaimer, self.gangs, api_client)
+        self.gang_reclaimer = GangReclaimer(self.context, self.reclaimer, self.gangs)
         self.scheduler = Scheduler(
             scheduler_name=settings.scheduler_name,
             cache=self.cache,

@@ -46,6 +46,7 @@ from scheduler.kube.eviction import EvictionResult, nominate
 from scheduler.model.objects import PodInfo
 from scheduler.model.preemption_policy import PREEMPT_NEVER
 from scheduler.postfilter.reclaim import Reclaimer
+from scheduler.state.context import SchedulerContext
 from scheduler.victims.candidates import (
     PREEMPTION,
     RECLAIM,
@@ -87,13 +88,18 @@ class GangReclaimer:
     """Runs gang PostFilter attempts (see the module docstring), through the single-pod
     Reclaimer's settings, policies, measurements, cooldowns and nominations."""
 
-    def __init__(
-        self, reclaimer: Reclaimer, gangs: GangTracker, api_client: client.ApiClient
-    ) -> None:
+    def __init__(self, context: SchedulerContext, reclaimer: Reclaimer, gangs: GangTracker) -> None:
+        """The cache, API client, recorder, clock and `is_leader` come from `context`; every
+        single-pod step, cooldown and nomination is `reclaimer`'s; `gangs` holds the PodGroups and
+        their members."""
+        self.cache = context.cache
+        self.recorder = context.recorder
+        self.clock = context.clock
+        self.is_leader = context.is_leader
         self.reclaimer = reclaimer
         self.gangs = gangs
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(context.api_client)
+        self.core = client.CoreV1Api(context.api_client)
         self.outcomes: dict[str, int] = {}
         """Attempts by outcome: evicted, dry_run, refused, stale, blocked, cooldown, error."""
 
@@ -162,7 +168,7 @@ class GangReclaimer:
                     for node in located[0]:
                         found[node] = None
                 else:  # this member fits now: any node may hold the others
-                    for node in r.cache.nodes:
+                    for node in self.cache.nodes:
                         found[node] = None
         return list(found)
 
@@ -170,13 +176,13 @@ class GangReclaimer:
         """A context in which the members' own reservations do not count."""
         stack = ExitStack()
         for member in members:
-            stack.enter_context(self.reclaimer.cache.released(member.key))
+            stack.enter_context(self.cache.released(member.key))
         return stack
 
     def _with_gang_mates(self, nodes: Sequence[str], victims: Iterable[PodInfo]) -> list[str]:
         """`nodes` and the nodes holding members of the victims' gangs."""
         found = dict.fromkeys(nodes)
-        cache = self.reclaimer.cache
+        cache = self.cache
         for victim in victims:
             gang = gang_key(victim)
             if not gang:
@@ -192,7 +198,7 @@ class GangReclaimer:
     ) -> GangVictims | None:
         by_key = {v.pod.key: v for v in eligible}
         pods = {v.pod.key: victim_pod(v) for v in eligible}
-        gangs = victim_gangs(self.reclaimer.cache, self.gangs, (v.pod for v in eligible))
+        gangs = victim_gangs(self.cache, self.gangs, (v.pod for v in eligible))
         units, excluded = victim_units(pods.values(), gangs)
         reasons.extend(excluded)
 
@@ -258,7 +264,7 @@ class GangReclaimer:
         if any(m.preemption_policy == PREEMPT_NEVER for m in request.members):
             reasons.append(f"preemption: {NEVER_MESSAGE}")
             return None
-        cache = self.reclaimer.cache
+        cache = self.cache
         pdbs = self.reclaimer.pdbs
 
         def lower(on: Iterable[str]) -> list[Victim]:
@@ -290,9 +296,9 @@ class GangReclaimer:
         """Where the members would go once `removed` pods are gone (None: not `need` of them);
         nothing stays assumed."""
         r = self.reclaimer
-        with self._released(request.members), r.cache.without(removed):
+        with self._released(request.members), self.cache.without(removed):
             plan = plan_gang(
-                r.cache,
+                self.cache,
                 r.framework,
                 list(request.members),
                 request.need,
@@ -300,7 +306,7 @@ class GangReclaimer:
                 set(request.pinned),
             )
             for placed in plan.placed:
-                r.cache.forget(placed.pod.key)
+                self.cache.forget(placed.pod.key)
         return plan.placed if plan.fits else None
 
     # -- enforcing -------------------------------------------------------------------------------
@@ -310,7 +316,7 @@ class GangReclaimer:
     ) -> str | None:
         """Why the plan no longer holds (None when it does): a member got counted on a node, a
         victim still to evict is gone or changed, or the gang no longer fits without `removed`."""
-        cache = self.reclaimer.cache
+        cache = self.cache
         for member in request.members:
             if member.key in cache.pods:
                 return f"member {member.key} is counted on a node already"
@@ -324,12 +330,12 @@ class GangReclaimer:
 
     def _give_back(self, request: GangRequest) -> None:
         for member in request.members:
-            self.reclaimer.cache.drop_reservation(member.key)
-            self.reclaimer.nominations.pop(member.key, None)
+            self.cache.drop_reservation(member.key)
+            self.reclaimer.preemptors.drop(member.key)
 
     async def _enforce(self, request: GangRequest, chosen: GangVictims) -> bool:
         r = self.reclaimer
-        if not r.is_leader():
+        if not self.is_leader():
             self._count("not_leader")
             return False
         removed = frozenset(v.pod.key for v in chosen.victims)
@@ -339,9 +345,9 @@ class GangReclaimer:
             log.info("gang_reclaim_stale", gang=request.group.key, reason=why or "no placement")
             self._count("stale")
             return False
-        now = r.clock()
+        now = self.clock()
         for placed in placements:
-            r.cache.reserve(placed.pod, placed.node, placed.gpus, now)
+            self.cache.reserve(placed.pod, placed.node, placed.gpus, now)
             r.nominate(placed.pod, placed.node)
         self._report(request, chosen, dry_run=False)
         for placed in placements:
@@ -355,7 +361,7 @@ class GangReclaimer:
         left = self._eviction_order(chosen.victims)
         while left:
             victim = left[0]
-            why = self._stale(request, left, removed) if r.is_leader() else "not the leader"
+            why = self._stale(request, left, removed) if self.is_leader() else "not the leader"
             if why is not None:
                 self._give_back(request)
                 log.info("gang_reclaim_stale", gang=request.group.key, reason=why)
@@ -405,7 +411,7 @@ class GangReclaimer:
     ) -> None:
         """The event on the PodGroup and on (at most `MAX_MEMBER_EVENTS`) pending members,
         with `member_reason` on the members when given."""
-        recorder = self.reclaimer.recorder
+        recorder = self.recorder
         recorder.emit(group_ref(request.group), kind, reason, "Preempting", note)
         for member in request.members[:MAX_MEMBER_EVENTS]:
             ref = ObjectRef("Pod", member.name, member.namespace, member.uid)
@@ -454,7 +460,7 @@ class GangReclaimer:
             note = f"Preempted by PodGroup {request.group.uid or request.group.name}"
             reason, kind = "Preempted", NORMAL
         ref = ObjectRef("Pod", victim.pod.name, victim.pod.namespace, victim.pod.uid)
-        self.reclaimer.recorder.emit(ref, kind, reason, "Preempting", note)
+        self.recorder.emit(ref, kind, reason, "Preempting", note)
 
     def _refuse(self, request: GangRequest, why: str) -> None:
         group = request.group

@@ -17,9 +17,9 @@ off, found no idle victims that let the pod fit, or its evictions were refused. 
    `scheduler.victims.preemption.select_victims` picks the fewest, re-running every filter on a
    what-if of the cache (`fits_without`: the same filters, NVLink domains and GPU indices included).
 3. Nodes in `scheduler.victims.preemption.pick_node` order; the shared enforcement
-   (`Reclaimer._enforce`) re-validates the plan, reserves the room, nominates the node and
-   evicts through the Eviction API; a 429 from a PodDisruptionBudget fails that node's set and
-   the next node is tried.
+   (`scheduler.postfilter.enforcement.Enforcer`) re-validates the plan, reserves the room,
+   nominates the node and evicts through the Eviction API; a 429 from a PodDisruptionBudget
+   fails that node's set and the next node is tried.
 
 kube-scheduler deletes its victims, so a PodDisruptionBudget only makes it prefer other victims
 and can be violated. Here victims are evicted: the API server refuses an eviction a budget
@@ -46,11 +46,10 @@ from datetime import datetime
 
 import structlog
 
-from scheduler.config import PreemptionConfig
 from scheduler.gangs.tracker import GangTracker, gang_key
-from scheduler.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
+from scheduler.kube.events import NORMAL, WARNING, ObjectRef
 from scheduler.model.objects import PodInfo
-from scheduler.state.cache import ClusterCache
+from scheduler.state.context import SchedulerContext
 from scheduler.victims.candidates import (
     PREEMPTION,
     Plan,
@@ -99,21 +98,23 @@ def _by_priority(victims: tuple[Victim, ...]) -> str:
 
 
 class PriorityPreemption:
-    """Chooses preemption plans and writes its events; the Reclaimer enforces them."""
+    """Chooses preemption plans and writes its events; the shared enforcement carries them out
+    (`scheduler.postfilter.enforcement.Enforcer`)."""
 
     def __init__(
         self,
-        settings: PreemptionConfig,
-        cache: ClusterCache,
+        context: SchedulerContext,
         pdbs: PdbStore,
-        recorder: EventRecorder,
         fits_without: FitsWithout,
         nominated_node: Callable[[PodInfo], str | None],
     ) -> None:
-        self.settings = settings
-        self.cache = cache
+        """`settings.preemption`, the cache and the recorder come from `context`; `fits_without`
+        is the what-if every candidate set is checked with, `nominated_node` where room is being
+        made for a pod already."""
+        self.settings = context.settings.preemption
+        self.cache = context.cache
         self.pdbs = pdbs
-        self.recorder = recorder
+        self.recorder = context.recorder
         self.fits_without = fits_without
         self.nominated_node = nominated_node
         self.outcomes: Counter[str] = Counter()

@@ -1,5 +1,5 @@
 """What the PostFilter's steps (idle reclaim, priority preemption) hand to the shared
-enforcement in `scheduler.postfilter.reclaim.Reclaimer`: the victims chosen on one node.
+enforcement in `scheduler.postfilter.enforcement.Enforcer`: the victims chosen on one node.
 
 Both steps go through the same machinery: re-validate the plan, reserve the room in the cache,
 set `status.nominatedNodeName`, evict through the Eviction API, budget-guarded victims first.

@@ -26,7 +26,7 @@ from scheduler.kube.kueue_workloads import (
     DEACTIVATED_BY_ANNOTATION,
     DEACTIVATED_IN_TERM_ANNOTATION,
 )
-from scheduler.postfilter.reclaim import WORKLOAD_DEACTIVATED
+from scheduler.postfilter.kueue_takeback import WORKLOAD_DEACTIVATED
 from tests.integration.test_deployment_rbac import _rbac_documents, scheduler_kubeconfig
 from tests.integration.test_kueue import (
     RECIPE,

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
-from kubernetes_asyncio import client
 
-import scheduler.postfilter.reclaim as reclaim_plugin
+import scheduler.postfilter.enforcement as enforcement
 from reclaim.policy import (
     MINIMUM_PREEMPTABLE_PRIORITY,
     RESOURCE_IDLE_SECONDS,
@@ -23,10 +22,13 @@ from scheduler.core.profile import default_framework
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.eviction import EvictionResult
 from scheduler.model.objects import PodInfo
-from scheduler.postfilter.reclaim import NominatedNode, PolicyStore, Reclaimer
+from scheduler.postfilter.nominated_node import NominatedNode
+from scheduler.postfilter.reclaim import Reclaimer
+from scheduler.postfilter.reclaim_policies import PolicyStore
 from scheduler.state.cache import ClusterCache
 from scheduler.victims.pdb import PdbStore
 from tests.unit.scheduler.builders import Json, make_pod
+from tests.unit.scheduler.context import make_context
 
 IDLE_CLASS = "idle-ok"
 WINDOW_S = 60
@@ -204,27 +206,25 @@ def make_rig(
 ) -> Rig:
     recorder = Recorder()
     api = Api()
-    monkeypatch.setattr(reclaim_plugin, "evict_pod", api.evict)
-    monkeypatch.setattr(reclaim_plugin, "nominate", api.nominate)
+    monkeypatch.setattr(enforcement, "evict_pod", api.evict)
+    monkeypatch.setattr(enforcement, "nominate", api.nominate)
     policies = PolicyStore(cast(EventRecorder, recorder))
     for name, notes in (classes if classes is not None else {IDLE_CLASS: policy()}).items():
         policies.on_add(priority_class(name, notes))
     pdbs = PdbStore()
     usage = Usage()
     clock = [1000.0]
-    settings = ReclaimConfig(mode=mode, prometheus_url="http://prometheus.invalid")
-    framework = default_framework(SchedulerConfig())
-    reclaimer = Reclaimer(
-        settings,
-        cache,
-        framework,
-        cast(client.ApiClient, object()),
-        cast(EventRecorder, recorder),
-        policies,
-        usage,
-        clock=lambda: clock[0],
-        pdbs=pdbs,
+    settings = SchedulerConfig(
+        reclaim=ReclaimConfig(mode=mode, prometheus_url="http://prometheus.invalid"),
         preemption=PreemptionConfig(enabled=preemption),
     )
+    framework = default_framework(SchedulerConfig())
+    context = make_context(
+        cache,
+        settings=settings,
+        recorder=cast(EventRecorder, recorder),
+        clock=lambda: clock[0],
+    )
+    reclaimer = Reclaimer(context, framework, policies, usage, pdbs)
     framework.narrowers.append(NominatedNode(reclaimer))
     return Rig(cache, reclaimer, usage, recorder, api, policies, pdbs, clock)

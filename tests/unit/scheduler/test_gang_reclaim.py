@@ -5,10 +5,9 @@ nominations for every member."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 import scheduler.postfilter.gang_reclaim as gang_plugin
 import scheduler.victims.candidates as victims_plugin
@@ -52,7 +51,7 @@ def setup(
     monkeypatch.setattr(victims_plugin, "set_pod_group_condition", conditions)
     tracker = GangTracker()
     rig.reclaimer.gangs = tracker
-    gangs = GangReclaimer(rig.reclaimer, tracker, cast(client.ApiClient, object()))
+    gangs = GangReclaimer(rig.reclaimer.context, rig.reclaimer, tracker)
     for pod in victims:
         info = parse_pod(pod)
         tracker.pod_seen(info, pending=False)
@@ -262,7 +261,7 @@ async def test_dry_run_reports_the_gang_plan_and_evicts_nothing(
     monkeypatch.setattr(gang_plugin, "nominate", rig.api.nominate)
     rig.usage.gpus.update(idle1=2, idle2=2)
     tracker = GangTracker()
-    gangs = GangReclaimer(rig.reclaimer, tracker, cast(client.ApiClient, object()))
+    gangs = GangReclaimer(rig.reclaimer.context, rig.reclaimer, tracker)
     assert await gangs.attempt(request(tracker)) is False
     assert (rig.api.evicted, rig.api.nominated) == ([], [])
     assert rig.recorder.notes("FailedScheduling") == []

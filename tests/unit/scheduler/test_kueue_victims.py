@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import scheduler.postfilter.kueue_takeback as kueue_plugin
 import scheduler.postfilter.reclaim as reclaim_plugin
 from scheduler.kube.apierrors import APIError
 from scheduler.kube.fence import LEASE_TERM_ANNOTATION
@@ -23,7 +24,7 @@ from scheduler.kube.kueue_workloads import (
     match_workload,
 )
 from scheduler.model.objects import parse_pod
-from scheduler.postfilter.reclaim import WORKLOAD_DEACTIVATED
+from scheduler.postfilter.kueue_takeback import WORKLOAD_DEACTIVATED
 from scheduler.victims.kueue import (
     KueueOwner,
     kueue_owner,
@@ -136,8 +137,8 @@ class Kueue:
         }
         self.deactivated: list[str] = []
         self.refuse: Exception | None = None
-        monkeypatch.setattr(reclaim_plugin, "find_workload", self.find)
-        monkeypatch.setattr(reclaim_plugin, "deactivate_workload", self.deactivate)
+        monkeypatch.setattr(kueue_plugin, "find_workload", self.find)
+        monkeypatch.setattr(kueue_plugin, "deactivate_workload", self.deactivate)
 
     async def find(
         self, custom: Any, namespace: str, owner_uids: Any, name: str = ""

@@ -9,7 +9,8 @@ from reclaim.policy import MINIMUM_PREEMPTABLE_PRIORITY
 from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.eviction import EvictionResult
 from scheduler.model.objects import parse_pod
-from scheduler.postfilter.reclaim import MAX_TRACKED_PODS, PodWatch
+from scheduler.postfilter.pod_watch import PodWatch
+from scheduler.postfilter.preemptors import MAX_TRACKED_PODS
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.reclaim_doubles import (
     IDLE_CLASS,
