@@ -71,7 +71,7 @@ from scheduler.kube.binding import bind_rate_limiter
 from scheduler.kube.client import fence_of
 from scheduler.kube.coscheduling import list_coscheduling_groups
 from scheduler.kube.events import EventRecorder
-from scheduler.kube.informer import Informer
+from scheduler.kube.informer import Informer, InformerOptions
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.kube.podgroups import list_pod_groups
 from scheduler.model.objects import PodInfo, trim_node, trim_pod
@@ -204,14 +204,14 @@ class Daemon:
                 "nodes",
                 core.list_node,
                 NodeHandler(self.cache, self.queue, self.recorder),
-                trim=trim_node,
+                InformerOptions(trim=trim_node),
             ),
             Informer("namespaces", core.list_namespace, NamespaceLabels(self.cache, self.queue)),
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,
                 PodWatch(self.pod_handler, self.reclaimer),
-                trim=trim_pod,
+                InformerOptions(trim=trim_pod),
             ),
             Informer(
                 "priorityclasses",

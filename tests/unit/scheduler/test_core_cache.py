@@ -15,7 +15,7 @@ import scheduler.daemon
 from hack.localcluster.cluster import free_port
 from scheduler.core.handlers import PodHandler
 from scheduler.daemon import Daemon
-from scheduler.kube.informer import Informer
+from scheduler.kube.informer import Informer, InformerOptions
 from tests.scheduling import settings_for
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, node_info, pod_info
 from tests.unit.scheduler.core_api_double import FakeClock, harness
@@ -126,7 +126,9 @@ async def test_relist_without_the_pod_removes_it_while_assumed() -> None:
     h = harness(cluster(make_node("n")))
     pods = ScriptedPods([make_pod("a", gpus=4)])
     handler = PodHandler(h.cache, h.queue, "gpu-scheduler", h.scheduler.pod_gone)
-    informer = Informer("pods", pods, handler, backoff_initial=0.01, backoff_max=0.01)
+    informer = Informer(
+        "pods", pods, handler, InformerOptions(backoff_initial=0.01, backoff_max=0.01)
+    )
     task = asyncio.create_task(informer.run())
     try:
         await asyncio.wait_for(informer.synced.wait(), 30)

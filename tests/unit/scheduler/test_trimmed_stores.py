@@ -14,7 +14,7 @@ import numpy as np
 from scheduler.core.handlers import NodeHandler, PodHandler
 from scheduler.core.queue import SchedulingQueue
 from scheduler.gangs.tracker import GangTracker, gang_key
-from scheduler.kube.informer import Informer
+from scheduler.kube.informer import Informer, InformerOptions
 from scheduler.model.objects import (
     COSCHEDULING_LABEL,
     NodeInfo,
@@ -253,7 +253,7 @@ async def test_pod_store_is_trimmed_and_updates_that_matter_reach_the_cache() ->
             {"type": "DELETED", "object": other},
         ],
     )
-    informer = Informer("pods", source, handler, trim=trim_pod)
+    informer = Informer("pods", source, handler, InformerOptions(trim=trim_pod))
     await run_until_watched(informer, source)
     stored = informer.get("default/a")
     assert stored is not None and stored["metadata"]["resourceVersion"] == "3"
@@ -274,7 +274,9 @@ async def test_node_store_is_trimmed_and_a_change_of_allocatable_reaches_the_cac
     fewer = make_node("n1", gpus=4)
     fewer["metadata"]["resourceVersion"] = "2"
     source = Source([node], [{"type": "MODIFIED", "object": fewer}])
-    informer = Informer("nodes", source, NodeHandler(cache, queue, None), trim=trim_node)
+    informer = Informer(
+        "nodes", source, NodeHandler(cache, queue, None), InformerOptions(trim=trim_node)
+    )
     await run_until_watched(informer, source)
     stored = informer.get("n1")
     assert stored is not None and set(stored["status"]) == {"allocatable"}
