@@ -60,14 +60,13 @@ from scheduler.core.accounting_task import GpuAccounting
 from scheduler.core.allocation import AllocationTracker
 from scheduler.core.conflicts import ConflictMonitor
 from scheduler.core.coscheduling import CoschedulingGroupHandler
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import PostFilters, Scheduler
 from scheduler.core.handlers import NodeHandler, PodGroupHandler, PodHandler
 from scheduler.core.namespaces import NamespaceLabels
 from scheduler.core.profile import default_framework
 from scheduler.core.queue import SchedulingQueue
 from scheduler.gangs.kueue import InvalidGroupReporter
 from scheduler.gangs.tracker import GangTracker
-from scheduler.kube.binding import bind_rate_limiter
 from scheduler.kube.client import fence_of
 from scheduler.kube.coscheduling import list_coscheduling_groups
 from scheduler.kube.events import EventRecorder
@@ -85,6 +84,7 @@ from scheduler.postfilter.reclaim import (
     UsageSource,
 )
 from scheduler.state.cache import ClusterCache
+from scheduler.state.context import SchedulerContext
 from scheduler.state.readings import domain_gpus
 
 log = structlog.get_logger("gpu-scheduler.daemon")
@@ -132,6 +132,15 @@ class Daemon:
         collectors here, never in prometheus_client's global registry."""
         self.metrics = SchedulingMetrics(self.metrics_registry, settings.scheduler_name)
         self.recorder = EventRecorder(api_client, settings.scheduler_name, identity)
+        self.context = SchedulerContext(
+            settings=settings,
+            cache=self.cache,
+            api_client=api_client,
+            recorder=self.recorder,
+            metrics=self.metrics,
+            clock=clock,
+            is_leader=lambda: self.elector.is_leader,
+        )
         framework = default_framework(settings)
         self.policies = PolicyStore(self.recorder)
         self.usage = usage_source(settings)
@@ -158,21 +167,11 @@ class Daemon:
         self.reclaimer.gangs = self.gangs
         self.gang_reclaimer = GangReclaimer(self.reclaimer, self.gangs, api_client)
         self.scheduler = Scheduler(
-            scheduler_name=settings.scheduler_name,
-            cache=self.cache,
-            queue=self.queue,
-            framework=framework,
-            api_client=api_client,
-            recorder=self.recorder,
-            bind_concurrency=settings.binding.concurrency,
-            bind_timeout=settings.binding.timeout_seconds,
-            bind_limiter=bind_rate_limiter(settings.binding.qps, settings.binding.burst),
-            is_leader=lambda: self.elector.is_leader,
-            clock=clock,
-            post_filter=self.reclaimer,
-            metrics=self.metrics,
-            gangs=self.gangs,
-            gang_post_filter=self.gang_reclaimer,
+            self.context,
+            self.queue,
+            framework,
+            PostFilters(pod=self.reclaimer, gang=self.gang_reclaimer),
+            self.gangs,
         )
         self.elector: Elector = (
             LeaderElector(api_client, settings.leader_election, fence=fence_of(api_client))
@@ -181,9 +180,8 @@ class Daemon:
         )
         core = client.CoreV1Api(api_client)
         self.pod_handler = PodHandler(
-            self.cache,
+            self.context,
             self.queue,
-            settings.scheduler_name,
             self.scheduler.pod_gone,
             self.scheduler.pod_gated,
             gangs=self.gangs,

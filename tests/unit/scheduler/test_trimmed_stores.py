@@ -27,6 +27,7 @@ from scheduler.model.objects import (
 )
 from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import make_node, make_pod
+from tests.unit.scheduler.context import make_context
 from tests.unit.scheduler.test_core_cache import Answer
 
 Json = dict[str, Any]
@@ -169,7 +170,7 @@ def test_deleting_a_gang_member_tells_the_tracker_its_gang() -> None:
     queue: SchedulingQueue[PodInfo] = SchedulingQueue()
     gangs = GangTracker()
     gone: list[tuple[str, str]] = []
-    handler = PodHandler(cache, queue, "gpu-scheduler", gangs=gangs)
+    handler = PodHandler(make_context(cache), queue, gangs=gangs)
     member = make_pod("m", namespace="team-a")
     member["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
     handler.on_add(member)
@@ -234,7 +235,7 @@ async def test_pod_store_is_trimmed_and_updates_that_matter_reach_the_cache() ->
     cache = ClusterCache()
     cache.add_or_update_node(parse_node(make_node("n1", gpus=8)))
     queue: SchedulingQueue[PodInfo] = SchedulingQueue()
-    handler = PodHandler(cache, queue, "gpu-scheduler")
+    handler = PodHandler(make_context(cache), queue)
     pending = make_pod("a", gpus=2)
     pending["metadata"]["managedFields"] = copy.deepcopy(MANAGED)
     bound = make_pod("a", gpus=2, node="n1", phase="Running")
