@@ -60,18 +60,17 @@ from scheduler.core.accounting_task import GpuAccounting
 from scheduler.core.allocation import AllocationTracker
 from scheduler.core.conflicts import ConflictMonitor
 from scheduler.core.coscheduling import CoschedulingGroupHandler
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import PostFilters, Scheduler
 from scheduler.core.handlers import NodeHandler, PodGroupHandler, PodHandler
 from scheduler.core.namespaces import NamespaceLabels
 from scheduler.core.profile import default_framework
 from scheduler.core.queue import SchedulingQueue
 from scheduler.gangs.kueue import InvalidGroupReporter
 from scheduler.gangs.tracker import GangTracker
-from scheduler.kube.binding import bind_rate_limiter
 from scheduler.kube.client import fence_of
 from scheduler.kube.coscheduling import list_coscheduling_groups
 from scheduler.kube.events import EventRecorder
-from scheduler.kube.informer import Informer
+from scheduler.kube.informer import Informer, InformerOptions
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.kube.podgroups import list_pod_groups
 from scheduler.model.objects import PodInfo, trim_node, trim_pod
@@ -156,21 +155,11 @@ class Daemon:
         self.reclaimer.gangs = self.gangs
         self.gang_reclaimer = GangReclaimer(self.context, self.reclaimer, self.gangs)
         self.scheduler = Scheduler(
-            scheduler_name=settings.scheduler_name,
-            cache=self.cache,
-            queue=self.queue,
-            framework=framework,
-            api_client=api_client,
-            recorder=self.recorder,
-            bind_concurrency=settings.binding.concurrency,
-            bind_timeout=settings.binding.timeout_seconds,
-            bind_limiter=bind_rate_limiter(settings.binding.qps, settings.binding.burst),
-            is_leader=lambda: self.elector.is_leader,
-            clock=clock,
-            post_filter=self.reclaimer,
-            metrics=self.metrics,
-            gangs=self.gangs,
-            gang_post_filter=self.gang_reclaimer,
+            self.context,
+            self.queue,
+            framework,
+            PostFilters(pod=self.reclaimer, gang=self.gang_reclaimer),
+            self.gangs,
         )
         self.elector: Elector = (
             LeaderElector(api_client, settings.leader_election, fence=fence_of(api_client))
@@ -179,9 +168,8 @@ class Daemon:
         )
         core = client.CoreV1Api(api_client)
         self.pod_handler = PodHandler(
-            self.cache,
+            self.context,
             self.queue,
-            settings.scheduler_name,
             self.scheduler.pod_gone,
             self.scheduler.pod_gated,
             gangs=self.gangs,
@@ -202,14 +190,14 @@ class Daemon:
                 "nodes",
                 core.list_node,
                 NodeHandler(self.cache, self.queue, self.recorder),
-                trim=trim_node,
+                InformerOptions(trim=trim_node),
             ),
             Informer("namespaces", core.list_namespace, NamespaceLabels(self.cache, self.queue)),
             Informer(
                 "pods",
                 core.list_pod_for_all_namespaces,
                 PodWatch(self.pod_handler, self.reclaimer),
-                trim=trim_pod,
+                InformerOptions(trim=trim_pod),
             ),
             Informer(
                 "priorityclasses",

@@ -12,8 +12,8 @@ in this process:
 - gang: `scheduler.gangs.planning.plan_gang` (all `size` members needed), what the daemon's gang
   cycle runs: each member filtered and scored on the nodes left, assumed before the next;
 - one by one: the single-pod cycle's path per member (`Framework.evaluate` on a fresh snapshot,
-  `scheduler.core.cycle.place`, `ClusterCache.assume`), stopping at the first member that finds no
-  node.
+  `scheduler.core.placement.place`, `ClusterCache.assume`), stopping at the first member that
+  finds no node.
 
 Both are timed from the first member to the last assumption; afterwards (untimed) every member is
 forgotten, so each repeat starts from the same cache. The two alternate `repeats` times and the
@@ -35,7 +35,7 @@ from hack.bench.gang_workload import RACK_LABEL
 from hack.bench.growth import fit_line
 from hack.bench.kernel import bench_pod, build_cache, int_list, node_types
 from scheduler.config import SchedulerConfig
-from scheduler.core.cycle import place
+from scheduler.core.placement import place
 from scheduler.core.profile import default_framework
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot

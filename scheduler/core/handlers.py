@@ -35,6 +35,7 @@ from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
 from scheduler.model.fields import sorted_errors
 from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod, pod_ref
 from scheduler.state.cache import ClusterCache
+from scheduler.state.context import SchedulerContext
 
 log = structlog.get_logger("gpu-scheduler.core.handlers")
 
@@ -151,17 +152,19 @@ class PodHandler:
 
     def __init__(
         self,
-        cache: ClusterCache,
+        context: SchedulerContext,
         queue: SchedulingQueue[PodInfo],
-        scheduler_name: str,
         gone: Callable[[str, str], None] | None = None,
         gated: Callable[[PodInfo], None] | None = None,
         gangs: GangTracker | None = None,
         gang_waiting: Callable[[PodInfo, str], None] | None = None,
     ) -> None:
-        self.cache = cache
+        """Pods go into `context.cache` and, when pending for `context.scheduler_name`, into
+        `queue`; `gone`, `gated` and `gang_waiting` are told as the module docstring says, and
+        `gangs` (None: no gang scheduling) sees every pod."""
+        self.cache = context.cache
         self.queue = queue
-        self.scheduler_name = scheduler_name
+        self.scheduler_name = context.scheduler_name
         self.gone = gone
         self.affinity_waiters: set[str] = set()
         """Our pending pods with required pod affinity: a pod bound by anyone may be the one

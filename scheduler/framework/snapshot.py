@@ -14,7 +14,8 @@ import numpy.typing as npt
 
 from scheduler.model.fields import Taint
 from scheduler.model.resources import GPU
-from scheduler.state.cache import ClusterCache, GpuStateArrays, LabelColumn
+from scheduler.state.cache import ClusterCache
+from scheduler.state.node_table import GpuStateArrays, LabelColumn
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Events go to events.k8s.io/v1 with `reportingController` set to the scheduler's name, so
 `kubectl describe pod` and `kubectl get events` show them next to kube-scheduler's. Writing an
 event never blocks a scheduling cycle: `EventRecorder.emit` queues a background write. At most
-`max_in_flight` writes talk to the API server at once and at most `max_queued` wait or run;
+`max_in_flight` writes talk to the API server at once and at most `max_queued` wait or run
+(`RecorderOptions`);
 beyond that an event is dropped, counted in `dropped` and logged (once per burst of drops, with
 the count when writing resumes), as client-go's broadcaster drops events when its channel is
 full. A failed write (an HTTP error, or no answer: the client's errors of every kind) is logged
@@ -90,6 +91,27 @@ def event_body(
     }
 
 
+@dataclass(frozen=True)
+class RecorderOptions:
+    """How an `EventRecorder` writes: repeat suppression, concurrency, queue bound, timeout.
+    The defaults are the daemon's."""
+
+    repeat_interval: float = DEFAULT_REPEAT_INTERVAL_S
+    """Seconds within which an event repeating one already written (same object, reason and
+    note) is suppressed."""
+    max_in_flight: int = 32
+    """Writes talking to the API server at once."""
+    max_queued: int = DEFAULT_MAX_QUEUED
+    """Writes waiting or running; beyond it an event is dropped. At least `max_in_flight`
+    (`ValueError` otherwise)."""
+    write_timeout: float = 10.0
+    """Seconds allowed for one write."""
+
+    def __post_init__(self) -> None:
+        if self.max_queued < self.max_in_flight:
+            raise ValueError("max_queued must be at least max_in_flight")
+
+
 class EventRecorder:
     """Writes events in the background; see the module docstring."""
 
@@ -98,23 +120,21 @@ class EventRecorder:
         api_client: client.ApiClient,
         controller: str,
         instance: str,
-        repeat_interval: float = DEFAULT_REPEAT_INTERVAL_S,
-        max_in_flight: int = 32,
+        options: RecorderOptions = RecorderOptions(),
         clock: Callable[[], float] = time.monotonic,
-        max_queued: int = DEFAULT_MAX_QUEUED,
-        write_timeout: float = 10.0,
     ) -> None:
-        if max_queued < max_in_flight:
-            raise ValueError("max_queued must be at least max_in_flight")
+        """Events about objects, reported by `controller` (the scheduler's name) from
+        `instance` (this replica), written through `api_client` as `options` say; `clock`
+        (monotonic seconds) times the repeat suppression."""
         self.api = client.EventsV1Api(api_client)
         self.controller = controller
         self.instance = instance
-        self.repeat_interval = repeat_interval
+        self.repeat_interval = options.repeat_interval
         self.clock = clock
-        self.write_timeout = write_timeout
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self.write_timeout = options.write_timeout
+        self._slots = asyncio.Semaphore(options.max_in_flight)
         self._last: dict[tuple[str, str, str, str], float] = {}
-        self._tasks = TaskSet("event-write", limit=max_queued)
+        self._tasks = TaskSet("event-write", limit=options.max_queued)
         self._dropped_in_burst = 0
         self.written = 0
         self.failed = 0

@@ -27,10 +27,10 @@ where it stopped without a relist. The API server answers 410 when that version 
 history it keeps; only then does the informer list again, and the diff against the store delivers
 the changes made in the gap, including deletions that no watch event reported.
 
-The store keeps each object as `trim` leaves it (by default without metadata.managedFields,
-which no handler reads and which is often the bulk of an object), and handlers see that same
-trimmed object: a store of thousands of nodes or pods holds what the scheduler reads, not the
-whole API object.
+The store keeps each object as `InformerOptions.trim` leaves it (by default without
+metadata.managedFields, which no handler reads and which is often the bulk of an object), and
+handlers see that same trimmed object: a store of thousands of nodes or pods holds what the
+scheduler reads, not the whole API object.
 
 Handlers are plain synchronous callables that must not block: they run inside the informer's
 task, in the order of events. An exception in a handler is logged and does not stop the informer.
@@ -42,6 +42,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -113,6 +114,41 @@ def resource_version(obj: KubeObject) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
+@dataclass(frozen=True)
+class InformerOptions:
+    """What an `Informer` lists and how: selectors, paging, timeouts, backoff and trimming. The
+    defaults are the daemon's. `ValueError` on a non-positive page size or watch timeout, or
+    unless 0 < backoff_initial <= backoff_max."""
+
+    field_selector: str | None = None
+    """Lists and watches only the objects it selects (None: all)."""
+    label_selector: str | None = None
+    """Likewise, by label (None: all)."""
+    page_size: int = PAGE_SIZE
+    """Objects per list page (limit/continue)."""
+    watch_timeout_seconds: int = 300
+    """How long the API server keeps one watch open before ending it (it is then resumed)."""
+    backoff_initial: float = 0.5
+    """Seconds slept after the first failure in a row; doubled per failure."""
+    backoff_max: float = 30.0
+    """The longest sleep between failures."""
+    connect_timeout: float = 10.0
+    """Seconds allowed for connecting, for a list and for a watch."""
+    read_timeout: float = 60.0
+    """Bounds the wait for list data; a watch may stay silent for its whole
+    `watch_timeout_seconds` (plus `read_timeout`) before the connection counts as dead."""
+    trim: Callable[[KubeObject], KubeObject] = without_managed_fields
+    """Applied to every listed or watched object before it is stored and handed to the handler
+    (it may modify the object in place); it must keep metadata.name, namespace and
+    resourceVersion."""
+
+    def __post_init__(self) -> None:
+        if self.page_size <= 0 or self.watch_timeout_seconds <= 0:
+            raise ValueError("page_size and watch_timeout_seconds must be positive")
+        if self.backoff_initial <= 0 or self.backoff_max < self.backoff_initial:
+            raise ValueError("need 0 < backoff_initial <= backoff_max")
+
+
 class Informer:
     """A list+watch loop over one kind, with a store of the objects it has seen.
 
@@ -127,48 +163,36 @@ class Informer:
         name: str,
         list_fn: Callable[..., Awaitable[Any]],
         handler: InformerHandler,
-        *,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        page_size: int = PAGE_SIZE,
-        watch_timeout_seconds: int = 300,
-        backoff_initial: float = 0.5,
-        backoff_max: float = 30.0,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 60.0,
+        options: InformerOptions = InformerOptions(),
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        trim: Callable[[KubeObject], KubeObject] = without_managed_fields,
     ) -> None:
-        """`read_timeout` bounds the wait for list data; a watch may stay silent for its whole
-        `watch_timeout_seconds` (plus `read_timeout`) before the connection counts as dead.
-        `trim` is applied to every listed or watched object before it is stored and handed to
-        the handler (it may modify the object in place); it must keep metadata.name, namespace
-        and resourceVersion."""
-        if page_size <= 0 or watch_timeout_seconds <= 0:
-            raise ValueError("page_size and watch_timeout_seconds must be positive")
-        if backoff_initial <= 0 or backoff_max < backoff_initial:
-            raise ValueError("need 0 < backoff_initial <= backoff_max")
+        """The informer `name` (in its log lines) lists and watches with `list_fn` (see the
+        module docstring) and tells `handler` of every change, as `options` say; `clock`
+        (monotonic seconds) times watches, `sleep` waits out the backoff."""
         self.name = name
         self._list_fn = list_fn
         self._handler = handler
         self._selectors: dict[str, str] = {}
-        if field_selector:
-            self._selectors["field_selector"] = field_selector
-        if label_selector:
-            self._selectors["label_selector"] = label_selector
-        self._page_size = page_size
-        self._watch_timeout = watch_timeout_seconds
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
-        self._list_timeout = (connect_timeout, read_timeout)
-        self._watch_request_timeout = (connect_timeout, watch_timeout_seconds + read_timeout)
+        if options.field_selector:
+            self._selectors["field_selector"] = options.field_selector
+        if options.label_selector:
+            self._selectors["label_selector"] = options.label_selector
+        self._page_size = options.page_size
+        self._watch_timeout = options.watch_timeout_seconds
+        self._backoff_initial = options.backoff_initial
+        self._backoff_max = options.backoff_max
+        self._list_timeout = (options.connect_timeout, options.read_timeout)
+        self._watch_request_timeout = (
+            options.connect_timeout,
+            options.watch_timeout_seconds + options.read_timeout,
+        )
         self._clock = clock
         self._sleep = sleep
-        self._trim = trim
+        self._trim = options.trim
         self._store: dict[str, KubeObject] = {}
         self._needs_list = True
-        self._delay = backoff_initial
+        self._delay = options.backoff_initial
         self._log = log.bind(informer=name)
         self.resource_version: str | None = None
         self.synced = asyncio.Event()

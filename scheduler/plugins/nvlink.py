@@ -27,7 +27,7 @@ import numpy.typing as npt
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.model.objects import PodInfo
-from scheduler.state.cache import GpuStateArrays
+from scheduler.state.node_table import GpuStateArrays
 from topology.scoring import DEFAULT_WEIGHTS, ScoreBreakdown, ScoreWeights, normalize, score_nodes
 
 NAME = "NVLink"

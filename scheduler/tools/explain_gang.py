@@ -4,7 +4,7 @@
     gpu-scheduler explain --pod-group NAMESPACE/NAME ...
     gpu-scheduler explain --pod-file MEMBER.yaml --cluster DUMP.yaml   (DUMP with the PodGroup)
 
-The daemon places a gang in one cycle (`scheduler.core.cycle`, `_schedule_gang`); this module
+The daemon places a gang in one cycle (`scheduler.core.gang_cycle`, `_schedule_gang`); this module
 rebuilds that cycle's inputs from plain API objects and runs the same `plan_gang` on them:
 
 - the cache holds every Node and every bound, unfinished Pod (any scheduler), as the daemon's;

@@ -29,7 +29,7 @@ Method (after the ATC'23 fragmentation paper, Weng et al., "Beware of Fragmentat
 3. Each arrival is evaluated against every node; it goes to the chosen node, or is skipped when
    no node fits it. The pod is committed with `ClusterCache.assume`.
 
-GPU indices inside the chosen node: gpu-scheduler uses `scheduler.core.cycle.place` (best NVLink
+GPU indices inside the chosen node: gpu-scheduler uses `scheduler.core.placement.place` (best NVLink
 domain). The baselines know nothing of NVLink; two choices are measured for them in the same run:
 the best one inside their node (`place`, as an NVLink-aware device plugin would choose; this is
 the occupancy the cache holds) and the naive one, the lowest-numbered free GPUs (kept on the
@@ -74,7 +74,7 @@ import numpy.typing as npt
 import yaml
 
 from scheduler.config import ConfigError, SchedulerConfig, load_config
-from scheduler.core.cycle import place
+from scheduler.core.placement import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod

@@ -20,7 +20,7 @@ each event every waiting gang is tried in arrival order:
 A gang starts when minCount of its members are placed, runs `duration` seconds, then all its
 members leave. The run ends when no event is left; a gang that never started is stuck (with a
 partial placement, pod by pod, its members hold their GPUs for ever). Every policy sees the same
-gangs; GPU indices come from `scheduler.core.cycle.place` (pod by pod) or the plan (gangs).
+gangs; GPU indices come from `scheduler.core.placement.place` (pod by pod) or the plan (gangs).
 
 Reported per policy (`GangResult.as_json`):
 
@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.config import SchedulerConfig
-from scheduler.core.cycle import place
+from scheduler.core.placement import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.gangs.planning import plan_gang

@@ -6,7 +6,7 @@ may go to are the same under every policy and only the choice among them differs
 
 - `gpu-scheduler`: `default_framework(settings)` unchanged: the filters, Narrow (keep multi-GPU
   pods inside one NVLink domain when any feasible node allows it), the NVLink-domain score and
-  preferred node affinity. GPU indices from `scheduler.core.cycle.place`.
+  preferred node affinity. GPU indices from `scheduler.core.placement.place`.
 - `least-allocated`: kube-scheduler's default spreading, NodeResourcesFit with the
   LeastAllocated strategy (kubernetes pkg/scheduler/framework/plugins/noderesources/
   least_allocated.go and resource_allocation.go). Per resource r with allocatable `a > 0` and
@@ -174,5 +174,5 @@ POLICIES: dict[str, Callable[[SchedulerConfig, int], Framework]] = {
 """Policy name -> builder of its Framework from the settings and the run's seed."""
 
 NVLINK_AWARE = frozenset({GPU_SCHEDULER})
-"""Policies that choose GPU indices with `scheduler.core.cycle.place`; the others are the
+"""Policies that choose GPU indices with `scheduler.core.placement.place`; the others are the
 baselines."""

@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import LocalCluster
 from hack.localcluster.cluster import free_port
-from scheduler.kube.informer import Informer, KubeObject, object_key
+from scheduler.kube.informer import Informer, InformerOptions, KubeObject, object_key
 from tests.kube import eventually
 
 LABEL = "informer-test=yes"
@@ -98,7 +98,7 @@ async def test_initial_sync_then_changes_in_order(
         "configmaps",
         functools.partial(core_api.list_namespaced_config_map, namespace),
         recorder,
-        label_selector=LABEL,
+        InformerOptions(label_selector=LABEL),
     )
     async with running(informer):
         assert recorder.calls == [("add", f"{namespace}/{n}", "1") for n in ("a", "b", "c")]
@@ -129,7 +129,9 @@ async def test_initial_list_is_paged(core_api: client.CoreV1Api, namespace: str)
         await core_api.create_namespaced_config_map(namespace, config_map(f"cm-{index}", "1"))
     recorder = Recorder()
     counter = CallCounter(functools.partial(core_api.list_namespaced_config_map, namespace))
-    informer = Informer("configmaps", counter, recorder, label_selector=LABEL, page_size=3)
+    informer = Informer(
+        "configmaps", counter, recorder, InformerOptions(label_selector=LABEL, page_size=3)
+    )
     async with running(informer):
         assert counter.lists == 4  # 3 + 3 + 3 + 1
         assert recorder.keys("add") == {f"{namespace}/cm-{i}" for i in range(10)}
@@ -142,7 +144,10 @@ async def test_watch_resumes_after_timeout_without_relisting(
     recorder = Recorder()
     counter = CallCounter(functools.partial(core_api.list_namespaced_config_map, namespace))
     informer = Informer(
-        "configmaps", counter, recorder, label_selector=LABEL, watch_timeout_seconds=1
+        "configmaps",
+        counter,
+        recorder,
+        InformerOptions(label_selector=LABEL, watch_timeout_seconds=1),
     )
     async with running(informer):
         for index in range(4):
@@ -233,8 +238,7 @@ async def test_unreachable_api_server_is_retried_with_backoff() -> None:
             "nodes",
             client.CoreV1Api(api).list_node,
             Recorder(),
-            backoff_initial=0.05,
-            backoff_max=0.2,
+            InformerOptions(backoff_initial=0.05, backoff_max=0.2),
             sleep=sleep,
         )
         async with running(informer, sync=False) as task:
@@ -258,7 +262,9 @@ async def test_failed_watch_is_retried_from_the_last_version_without_relisting(
         return await list_fn(**kwargs)
 
     recorder = Recorder()
-    informer = Informer("configmaps", flaky, recorder, label_selector=LABEL, backoff_initial=0.05)
+    informer = Informer(
+        "configmaps", flaky, recorder, InformerOptions(label_selector=LABEL, backoff_initial=0.05)
+    )
     async with running(informer):
         await core_api.create_namespaced_config_map(namespace, config_map("late", "1"))
         await until(lambda: f"{namespace}/late" in recorder.keys("add"), "the add after retries")

@@ -46,7 +46,7 @@ def gated(name: str) -> dict[str, object]:
 
 def test_gated_pods_are_counted_until_ungated_bound_or_deleted() -> None:
     h = harness(cluster(make_node("n")))
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler")
+    handler = PodHandler(h.context, h.queue)
     for name in ("g1", "g2", "g3"):
         handler.on_add(gated(name))
     handler.on_add(make_pod("plain"))

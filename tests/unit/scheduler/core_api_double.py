@@ -17,13 +17,15 @@ from typing import Any, cast
 
 from aiolimiter import AsyncLimiter
 
-from scheduler.config import SchedulerConfig
+from scheduler.config import BindingConfig, LeaderElectionConfig, SchedulerConfig
 from scheduler.core.cycle import Scheduler
 from scheduler.core.profile import default_framework
 from scheduler.core.queue import SchedulingQueue
 from scheduler.kube.events import EventRecorder
 from scheduler.model.objects import PodInfo
 from scheduler.state.cache import ClusterCache
+from scheduler.state.context import SchedulerContext
+from tests.unit.scheduler.context import make_context
 
 Outcome = int | tuple[int, str] | BaseException
 """201 / (409, "message") / an exception to raise."""
@@ -137,7 +139,8 @@ class FakeClock:
 
 @dataclass
 class Harness:
-    """A Scheduler on a cache, with its queue, recorder and fakes sharing one fake clock."""
+    """A Scheduler on a cache, with its queue, recorder, context and fakes sharing one fake
+    clock."""
 
     cache: ClusterCache
     clock: FakeClock
@@ -146,6 +149,7 @@ class Harness:
     events: FakeEventsV1
     recorder: EventRecorder
     scheduler: Scheduler
+    context: SchedulerContext
 
     def add(self, pod: PodInfo) -> None:
         self.queue.add(pod.key, pod.priority, pod)
@@ -168,6 +172,13 @@ class Harness:
         self.clock.now += self.queue.backoff_duration(attempts) + 0.001
 
 
+HARNESS_SETTINGS = SchedulerConfig(
+    binding=BindingConfig(concurrency=16, timeout_seconds=30.0, qps=0.0),
+    leader_election=LeaderElectionConfig(enabled=False),
+)
+"""Binds 16 at a time, 30 s each, without a rate limit (`harness` may set one); always leads."""
+
+
 def harness(
     cache: ClusterCache, backoff_initial: float = 1.0, bind_limiter: AsyncLimiter | None = None
 ) -> Harness:
@@ -176,17 +187,9 @@ def harness(
         clock=clock, backoff_initial=backoff_initial, backoff_max=10.0
     )
     core, events = FakeCoreV1(), FakeEventsV1()
-    recorder = EventRecorder(NO_CLIENT, "gpu-scheduler", "test", clock=clock)
-    recorder.api = cast(Any, events)
-    scheduler = Scheduler(
-        scheduler_name="gpu-scheduler",
-        cache=cache,
-        queue=queue,
-        framework=default_framework(SchedulerConfig()),
-        api_client=NO_CLIENT,
-        recorder=recorder,
-        clock=clock,
-        bind_limiter=bind_limiter,
-    )
+    context = make_context(cache, settings=HARNESS_SETTINGS, clock=clock)
+    context.recorder.api = cast(Any, events)
+    scheduler = Scheduler(context, queue, default_framework(context.settings))
     scheduler.core = cast(Any, core)
-    return Harness(cache, clock, queue, core, events, recorder, scheduler)
+    scheduler.bind_limiter = bind_limiter
+    return Harness(cache, clock, queue, core, events, context.recorder, scheduler, context)

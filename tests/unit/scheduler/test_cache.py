@@ -7,7 +7,8 @@ from hypothesis import given, settings
 
 from scheduler.framework.snapshot import Snapshot
 from scheduler.model.resources import CPU, GPU, MEMORY, PODS
-from scheduler.state.cache import INITIAL_ROWS, ClusterCache
+from scheduler.state.cache import ClusterCache
+from scheduler.state.node_table import INITIAL_ROWS
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, node_info, pod_info, taint
 from tests.unit.scheduler.cache_model import Op, apply, check_consistent, ops
 

@@ -15,7 +15,7 @@ import scheduler.daemon
 from hack.localcluster.cluster import free_port
 from scheduler.core.handlers import PodHandler
 from scheduler.daemon import Daemon
-from scheduler.kube.informer import Informer
+from scheduler.kube.informer import Informer, InformerOptions
 from tests.scheduling import settings_for
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, node_info, pod_info
 from tests.unit.scheduler.core_api_double import FakeClock, harness
@@ -63,7 +63,7 @@ async def test_daemon_never_expires_a_bound_assumed_pod(monkeypatch: pytest.Monk
 
 def test_assumed_pod_shown_bound_and_finished_is_removed() -> None:
     h = harness(cluster(make_node("n")))
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler", h.scheduler.pod_gone)
+    handler = PodHandler(h.context, h.queue, h.scheduler.pod_gone)
     h.cache.assume(pod_info("a", gpus=2), "n", (0, 1))
     h.cache.finish_binding(KEY, 0.0)
     handler.on_add(make_pod("a", gpus=2))  # a late event still showing it pending: kept
@@ -75,7 +75,7 @@ def test_assumed_pod_shown_bound_and_finished_is_removed() -> None:
 
 def test_assumed_pod_deleted_is_removed() -> None:
     h = harness(cluster(make_node("n")))
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler", h.scheduler.pod_gone)
+    handler = PodHandler(h.context, h.queue, h.scheduler.pod_gone)
     h.cache.assume(pod_info("a", gpus=2), "n", (0, 1))
     h.cache.finish_binding(KEY, 0.0)
     handler.on_delete(make_pod("a", gpus=2))
@@ -125,8 +125,10 @@ class ScriptedPods:
 async def test_relist_without_the_pod_removes_it_while_assumed() -> None:
     h = harness(cluster(make_node("n")))
     pods = ScriptedPods([make_pod("a", gpus=4)])
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler", h.scheduler.pod_gone)
-    informer = Informer("pods", pods, handler, backoff_initial=0.01, backoff_max=0.01)
+    handler = PodHandler(h.context, h.queue, h.scheduler.pod_gone)
+    informer = Informer(
+        "pods", pods, handler, InformerOptions(backoff_initial=0.01, backoff_max=0.01)
+    )
     task = asyncio.create_task(informer.run())
     try:
         await asyncio.wait_for(informer.synced.wait(), 30)

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-import scheduler.core.cycle
+import scheduler.core.binding_cycle
 from scheduler.core.handlers import PodHandler
 from scheduler.kube.apierrors import APIError, APITransportError
 from scheduler.kube.binding import set_unschedulable
@@ -93,7 +93,7 @@ async def test_recreated_pod_with_the_same_name_gets_its_condition() -> None:
 
 async def test_condition_marks_are_pruned_when_the_pod_is_deleted_or_bound() -> None:
     h = full_cluster()
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler", h.scheduler.pod_gone)
+    handler = PodHandler(h.context, h.queue, h.scheduler.pod_gone)
     h.add(big())
     await h.cycle()
     assert len(h.scheduler._condition_messages) == 1
@@ -108,7 +108,7 @@ async def test_condition_marks_are_pruned_when_the_pod_is_deleted_or_bound() -> 
 
 
 async def test_condition_marks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler.core.cycle, "MAX_CONDITION_MARKS", 3)
+    monkeypatch.setattr(scheduler.core.binding_cycle, "MAX_CONDITION_MARKS", 3)
     h = full_cluster()
     for i in range(6):
         h.add(pod_info(f"p{i}", gpus=1))

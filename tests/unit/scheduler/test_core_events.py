@@ -11,12 +11,12 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from scheduler.kube.events import WARNING, EventRecorder, ObjectRef
+from scheduler.kube.events import WARNING, EventRecorder, ObjectRef, RecorderOptions
 from tests.unit.scheduler.core_api_double import NO_CLIENT, FakeClock, FakeEventsV1
 
 
 def recorder(events: FakeEventsV1, **kwargs: Any) -> EventRecorder:
-    made = EventRecorder(NO_CLIENT, "gpu-scheduler", "test", clock=FakeClock(), **kwargs)
+    made = EventRecorder(NO_CLIENT, "gpu-scheduler", "test", RecorderOptions(**kwargs), FakeClock())
     made.api = cast(Any, events)
     return made
 

@@ -93,9 +93,8 @@ async def test_labelled_members_are_held_then_queued_by_their_pod_group() -> Non
     h = harness(cluster(make_node("n")))
     tracker = GangTracker()
     pods = PodHandler(
-        h.cache,
+        h.context,
         h.queue,
-        "gpu-scheduler",
         h.scheduler.pod_gone,
         h.scheduler.pod_gated,
         gangs=tracker,

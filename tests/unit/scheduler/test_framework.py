@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
-from scheduler.core.cycle import Placement, place
+from scheduler.core.placement import Placement, place
 from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.runtime import NO_NODE, Diagnosis, Framework

@@ -107,9 +107,8 @@ def gang_handlers() -> tuple[Harness, PodHandler, PodGroupHandler, GangTracker]:
     h = harness(cluster(make_node("n")))
     tracker = GangTracker()
     pods = PodHandler(
-        h.cache,
+        h.context,
         h.queue,
-        "gpu-scheduler",
         h.scheduler.pod_gone,
         h.scheduler.pod_gated,
         gangs=tracker,

@@ -23,9 +23,7 @@ def gated(*gates: str) -> dict[str, Any]:
 
 def roomy() -> tuple[Harness, PodHandler]:
     h = harness(cluster(make_node("n")))
-    handler = PodHandler(
-        h.cache, h.queue, "gpu-scheduler", h.scheduler.pod_gone, h.scheduler.pod_gated
-    )
+    handler = PodHandler(h.context, h.queue, h.scheduler.pod_gone, h.scheduler.pod_gated)
     return h, handler
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from scheduler.kube.informer import Informer
+from scheduler.kube.informer import Informer, InformerOptions
 from tests.unit.scheduler.test_core_cache import Answer
 
 NOT_SERVED_LISTS = 5
@@ -47,7 +47,9 @@ class AppearsLater:
 
 async def test_a_resource_not_served_is_said_once_then_synced_when_it_appears() -> None:
     source, handler = AppearsLater(), Recorder()
-    informer = Informer("podgroups", source, handler, backoff_initial=0.001, backoff_max=0.001)
+    informer = Informer(
+        "podgroups", source, handler, InformerOptions(backoff_initial=0.001, backoff_max=0.001)
+    )
     with capture_logs() as logs:
         task = asyncio.create_task(informer.run())
         try:

@@ -182,9 +182,8 @@ def setup(*nodes: dict[str, Any]) -> tuple[Harness, PodHandler, GangTracker]:
     h.scheduler.gangs = tracker
     h.scheduler.custom = cast(Any, FakeCustomObjects())
     pods = PodHandler(
-        h.cache,
+        h.context,
         h.queue,
-        "gpu-scheduler",
         h.scheduler.pod_gone,
         h.scheduler.pod_gated,
         gangs=tracker,

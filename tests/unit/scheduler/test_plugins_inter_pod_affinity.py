@@ -564,7 +564,7 @@ def test_profile_follows_preferred_anti_affinity() -> None:
 
 async def test_a_pod_bound_by_anyone_wakes_pods_waiting_for_affinity() -> None:
     h = harness(cluster(*zone_nodes()))
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler")
+    handler = PodHandler(h.context, h.queue)
     follower = labelled_pod("follower", affinity=pod_affinity(required=[pod_term(ZONE, DB)]))
     handler.on_add(follower)
     handler.on_add(make_pod("plain", gpus=16))  # unschedulable for want of GPUs, no affinity
@@ -588,7 +588,7 @@ async def test_a_pod_bound_by_anyone_wakes_pods_waiting_for_affinity() -> None:
 
 async def test_without_waiting_pods_an_arrival_moves_nothing() -> None:
     h = harness(cluster(*zone_nodes()))
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler")
+    handler = PodHandler(h.context, h.queue)
     handler.on_add(make_pod("plain", gpus=16))
     await h.cycle()
     handler.on_add(labelled_pod("web", WEB, node="n2"))
@@ -598,7 +598,7 @@ async def test_without_waiting_pods_an_arrival_moves_nothing() -> None:
 
 async def test_our_own_pod_confirmed_bound_wakes_pods_waiting_for_it() -> None:
     h = harness(cluster(*zone_nodes()))
-    handler = PodHandler(h.cache, h.queue, "gpu-scheduler")
+    handler = PodHandler(h.context, h.queue)
     handler.on_add(labelled_pod("follower", affinity=pod_affinity(required=[pod_term(ZONE, DB)])))
     await h.cycle()
     assert h.queue.where("default/follower") == UNSCHEDULABLE

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
-from scheduler.core.cycle import place
+from scheduler.core.placement import place
 from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot

@@ -14,7 +14,7 @@ import numpy as np
 from scheduler.core.handlers import NodeHandler, PodHandler
 from scheduler.core.queue import SchedulingQueue
 from scheduler.gangs.tracker import GangTracker, gang_key
-from scheduler.kube.informer import Informer
+from scheduler.kube.informer import Informer, InformerOptions
 from scheduler.model.objects import (
     COSCHEDULING_LABEL,
     NodeInfo,
@@ -27,6 +27,7 @@ from scheduler.model.objects import (
 )
 from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import make_node, make_pod
+from tests.unit.scheduler.context import make_context
 from tests.unit.scheduler.test_core_cache import Answer
 
 Json = dict[str, Any]
@@ -169,7 +170,7 @@ def test_deleting_a_gang_member_tells_the_tracker_its_gang() -> None:
     queue: SchedulingQueue[PodInfo] = SchedulingQueue()
     gangs = GangTracker()
     gone: list[tuple[str, str]] = []
-    handler = PodHandler(cache, queue, "gpu-scheduler", gangs=gangs)
+    handler = PodHandler(make_context(cache), queue, gangs=gangs)
     member = make_pod("m", namespace="team-a")
     member["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
     handler.on_add(member)
@@ -234,7 +235,7 @@ async def test_pod_store_is_trimmed_and_updates_that_matter_reach_the_cache() ->
     cache = ClusterCache()
     cache.add_or_update_node(parse_node(make_node("n1", gpus=8)))
     queue: SchedulingQueue[PodInfo] = SchedulingQueue()
-    handler = PodHandler(cache, queue, "gpu-scheduler")
+    handler = PodHandler(make_context(cache), queue)
     pending = make_pod("a", gpus=2)
     pending["metadata"]["managedFields"] = copy.deepcopy(MANAGED)
     bound = make_pod("a", gpus=2, node="n1", phase="Running")
@@ -253,7 +254,7 @@ async def test_pod_store_is_trimmed_and_updates_that_matter_reach_the_cache() ->
             {"type": "DELETED", "object": other},
         ],
     )
-    informer = Informer("pods", source, handler, trim=trim_pod)
+    informer = Informer("pods", source, handler, InformerOptions(trim=trim_pod))
     await run_until_watched(informer, source)
     stored = informer.get("default/a")
     assert stored is not None and stored["metadata"]["resourceVersion"] == "3"
@@ -274,7 +275,9 @@ async def test_node_store_is_trimmed_and_a_change_of_allocatable_reaches_the_cac
     fewer = make_node("n1", gpus=4)
     fewer["metadata"]["resourceVersion"] = "2"
     source = Source([node], [{"type": "MODIFIED", "object": fewer}])
-    informer = Informer("nodes", source, NodeHandler(cache, queue, None), trim=trim_node)
+    informer = Informer(
+        "nodes", source, NodeHandler(cache, queue, None), InformerOptions(trim=trim_node)
+    )
     await run_until_watched(informer, source)
     stored = informer.get("n1")
     assert stored is not None and set(stored["status"]) == {"allocatable"}

@@ -1,0 +1,57 @@
+"""A scheduling decision: the node and the GPU indices inside it (`Placement`, `place`).
+
+The scheduling cycle (`scheduler.core.cycle`) and the gang cycle (`scheduler.core.gang_cycle`)
+make one; the binding cycle (`scheduler.core.binding_cycle`) sends it with the Binding, its GPU
+indices and NVLink domain as annotations. The offline tools choose GPU indices with `place` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.framework.runtime import Evaluation
+from scheduler.model.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo
+from scheduler.state.cache import ClusterCache
+from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A decision: the node, the GPU indices inside it, their NVLink domain, the score."""
+
+    node: str
+    gpus: tuple[int, ...]
+    domain: int
+    score: float
+
+    def annotations(self) -> dict[str, str]:
+        if not self.gpus:
+            return {}
+        return {
+            GPUS_ANNOTATION: ",".join(str(g) for g in self.gpus),
+            NVLINK_DOMAIN_ANNOTATION: str(self.domain),
+        }
+
+    def describe(self) -> str:
+        if not self.gpus:
+            return f"score {self.score:.0f}"
+        gpus = ",".join(str(g) for g in self.gpus)
+        where = (
+            "across NVLink domains"
+            if self.domain == NO_DOMAIN
+            else f"in NVLink domain {self.domain}"
+        )
+        return f"GPUs {gpus} {where}; score {self.score:.0f}"
+
+
+def place(cache: ClusterCache, pod: PodInfo, evaluation: Evaluation) -> Placement:
+    """The GPUs to take on the chosen node (best NVLink domain, see `topology.occupancy`)."""
+    node = cache.names[evaluation.chosen]
+    score = float(evaluation.total[evaluation.chosen])
+    if pod.gpus == 0:
+        return Placement(node, (), NO_DOMAIN, score)
+    topology = cache.nodes[node].topology
+    choice = choose_gpus(topology, cache.node_gpus_used(node), pod.gpus)
+    if choice is None:  # filters guarantee enough free GPUs; keep the cycle safe regardless
+        raise RuntimeError(f"node {node} has fewer than {pod.gpus} free GPUs after filtering")
+    return Placement(node, tuple(choice.gpus), int(choice.domain), score)
