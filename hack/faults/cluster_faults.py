@@ -1,9 +1,13 @@
-"""Faults of the control plane itself: an API server restart, and etcd compaction, which makes
-every watch resumed from an older resourceVersion answer 410 Gone."""
+"""Faults of the control plane itself: an API server restart or pause, and etcd compaction, which
+makes every watch resumed from an older resourceVersion answer 410 Gone."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import aiohttp
 
@@ -14,6 +18,18 @@ from hack.localcluster.cluster import restart_component
 async def restart_apiserver(cluster: LocalCluster) -> None:
     """Stop kube-apiserver and start it again on the same port (blocking work off the loop)."""
     await asyncio.to_thread(restart_component, cluster, "kube-apiserver")
+
+
+@contextmanager
+def paused_component(cluster: LocalCluster, name: str) -> Iterator[None]:
+    """SIGSTOP the running component `name` (e.g. kube-apiserver) for the block, SIGCONT after:
+    connections stay open, requests get no answer until it goes on."""
+    component = next(c for c in cluster.processes.components if c.name == name and c.alive())
+    os.kill(component.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(component.process.pid, signal.SIGCONT)
 
 
 async def restart_controller_manager(cluster: LocalCluster) -> None:

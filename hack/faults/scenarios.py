@@ -28,6 +28,7 @@ from kubernetes_asyncio import client
 
 from hack.faults.cluster_faults import (
     compact_etcd,
+    paused_component,
     restart_apiserver,
     restart_controller_manager,
     restart_kwok,
@@ -346,18 +347,20 @@ async def leader_pause(scene: Scene, pods: int, pauses: int = 1) -> Outcome:
 
 STOP_AFTER_S = (0.001, 0.003, 0.002)
 """How long after `pod_placed` each round of `sole_leader_freeze` stops the replica."""
+API_PAUSE_S = 2.0
+"""How long the API server stays paused after the frozen replica wakes (`sole_leader_freeze`)."""
 
 
 async def sole_leader_freeze(scene: Scene, pods: int, rounds: int = 3) -> Outcome:
     """One replica with leader election on (Lease 8 s, renew 5 s, retry 1 s, bind timeout 4 s),
     SIGSTOPped 1 to 3 ms after logging `pod_placed` (`STOP_AFTER_S`: its Binding waits for a
     connection, is being sent or waits for its answer; each round creates a 2-GPU pod of its
-    own, so there is one to place), held past its Lease, then SIGCONT: it loses the Lease and
-    wins it back, with no other replica to bind for it. When the Binding's answer was lost
-    (`bind_outcome_unknown`), it is frozen once more right then, while it reads the pod back.
-    It must settle the pod it was binding: at rest every pod that fits is bound and no GPU
-    stays reserved for a pod not in flight (`reserved_gpus`), and it sent nothing between
-    waking and being elected again (`stale_write`)."""
+    own, so there is one to place), held past its Lease, then SIGCONT while the API server is
+    paused for `API_PAUSE_S`: the Binding gets no answer (its outcome unknown), the read-back
+    of the pod gets none either, and the replica loses the Lease meanwhile, then wins it back,
+    with no other replica to bind for it. It must settle the pod it was binding: at rest every
+    pod that fits is bound and no GPU stays reserved for a pod not in flight (`reserved_gpus`),
+    and it sent nothing between waking and being elected again (`stale_write`)."""
     await scene.churn_nodes()
     config = scene.config(leader_election=True, binding={"timeoutSeconds": 4})
     config["leaderElection"].update(
@@ -377,38 +380,31 @@ async def sole_leader_freeze(scene: Scene, pods: int, rounds: int = 3) -> Outcom
     async def elected_since(before: int) -> bool:
         return elections() > before
 
-    async def hold_past_the_lease(event: str, after_s: float, timeout_s: float) -> bool:
-        """Freeze the replica `after_s` after it logs `event` (armed before the caller makes it
-        happen), hold it past its Lease, resume it; False when `event` did not come."""
-        assert replica.process is not None
-        pid = replica.process.pid
-        delay = await stop_on_event(replica.log_path, event, pid, timeout_s, after_s)
-        if delay is None:
-            return False
-        delays_ms.append(delay)
-        try:
-            await asyncio.sleep(8 + 3)  # past the Lease
-        finally:
-            resumed.append(time.time())
-            replica.resume()
-        return True
-
     async def freeze_loop() -> None:
         for index in range(rounds):
+            assert replica.process is not None
             before = elections()
             after_s = STOP_AFTER_S[index % len(STOP_AFTER_S)]
-            placed = asyncio.create_task(hold_past_the_lease("pod_placed", after_s, 60))
+            pid = replica.process.pid
+            stop = asyncio.create_task(
+                stop_on_event(replica.log_path, "pod_placed", pid, 60, after_s)
+            )
             await asyncio.sleep(0.5)  # the watcher has reached the end of the log
             probe = gpu_pod(
                 f"freeze-{index}", 2, scene.namespace, nodeSelector={NODE_LABEL: scene.namespace}
             )
             await scene.core.create_namespaced_pod(scene.namespace, cast(Any, probe))
-            # the lost answer shows right after the first resume, if at all
-            lost = asyncio.create_task(hold_past_the_lease("bind_outcome_unknown", 0.0, 15))
-            if not await placed:
-                lost.cancel()
+            delay = await stop
+            if delay is None:
                 continue  # nothing was placed
-            await lost
+            delays_ms.append(delay)
+            try:
+                await asyncio.sleep(8 + 3)  # past the Lease
+            finally:
+                resumed.append(time.time())
+                with paused_component(scene.cluster, "kube-apiserver"):
+                    replica.resume()
+                    await asyncio.sleep(API_PAUSE_S)
             await eventually(partial(elected_since, before), 60, "the replica elected again")
 
     fault = "sole leader sigstop"

@@ -1,5 +1,6 @@
 """The import layers hold: every arrow points down, no module or package imports itself back,
-no private name crosses a module line, and every package says what it is for.
+no private name crosses a module line, and every package says what it is for; and the size
+rules: no module of `scheduler/` over 600 lines, no constructor over six parameters.
 
 Reads every module's imports (also those inside functions) with `ast`, so a violation is caught
 without importing anything. The layers of `scheduler/`, lowest first (a module may import its
@@ -56,6 +57,7 @@ SCHEDULER_LAYERS: tuple[tuple[str, ...], ...] = (
 """The sub-packages (and top modules) of `scheduler`, lowest first; see the module docstring."""
 
 MAX_MODULE_LINES = 600
+MAX_CONSTRUCTOR_PARAMETERS = 6
 
 
 def module_name(path: Path) -> str:
@@ -218,6 +220,23 @@ def private_imports(sources: Iterable[tuple[str, str]]) -> list[str]:
     return found
 
 
+def long_constructors(source: str, module: str) -> list[str]:
+    """`Class.__init__` methods of `source` that take more than `MAX_CONSTRUCTOR_PARAMETERS`
+    parameters (self not counted; *args and **kwargs count one each)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                args = item.args
+                count = len(args.posonlyargs) + len(args.args) - 1 + len(args.kwonlyargs)
+                count += (args.vararg is not None) + (args.kwarg is not None)
+                if count > MAX_CONSTRUCTOR_PARAMETERS:
+                    found.append(f"{module}.{node.name}: {count} parameters")
+    return found
+
+
 def test_the_layers_hold() -> None:
     graph = project_imports()
     assert len(graph) > 40  # the walk really read the packages
@@ -252,6 +271,25 @@ def test_no_module_of_scheduler_is_longer_than_the_limit() -> None:
         if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}
+
+
+def test_no_constructor_takes_more_than_six_parameters() -> None:
+    found = [
+        line
+        for path in sorted((ROOT / "scheduler").rglob("*.py"))
+        for line in long_constructors(path.read_text(), module_name(path))
+    ]
+    assert found == []
+
+
+def test_the_constructor_check_counts_every_kind_of_parameter() -> None:
+    source = (
+        "class Wide:\n"
+        "    def __init__(self, a, b, c, /, d, e, *rest, f, **more): ...\n"
+        "class Narrow:\n"
+        "    def __init__(self, a, b, c, d, e, f): ...\n"
+    )
+    assert long_constructors(source, "m") == ["m.Wide: 8 parameters"]
 
 
 @pytest.mark.parametrize(
