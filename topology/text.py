@@ -34,9 +34,10 @@ def clip(text: object, limit: int = MAX_ECHO) -> str:
 def quote(value: object, limit: int = MAX_ECHO) -> str:
     """`repr(value)` cut to about `limit` characters; never raises (a 5000-digit int included)."""
     if isinstance(value, str):
-        if len(value) <= limit:
-            return repr(value)
-        return f"{value[:limit]!r}... ({len(value)} characters)"
+        shown = repr(value[:limit])  # escapes can make it up to ten times longer than the text
+        if len(value) <= limit and len(shown) <= limit + 2:
+            return shown
+        return f"{shown[:limit]}... ({len(value)} characters)"
     if isinstance(value, int) and not isinstance(value, bool):
         bits = value.bit_length()
         if bits > 4 * limit:  # repr() of a huge int is slow, and refused past 4300 digits
