@@ -11,9 +11,9 @@ import pytest
 from scheduler.config import SchedulerConfig
 from scheduler.core.handlers import PodGroupHandler, PodHandler
 from scheduler.core.profile import default_framework
+from scheduler.gangs import planning as gang_cycle
 from scheduler.gangs.planning import GangRequest, plan_gang
 from scheduler.gangs.tracker import GangTracker
-from scheduler.gangs import planning as gang_cycle
 from scheduler.model.objects import parse_pod
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
 from tests.unit.scheduler.core_api_double import FakeResponse, Harness, harness
