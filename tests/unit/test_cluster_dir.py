@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import finish_cluster_dir
 from tests.datasets import REPO_ROOT
 
@@ -56,6 +58,7 @@ def test_inner(announced: None) -> None:
 """
 
 
+@pytest.mark.inner_pytest
 def test_announce_is_shown_while_fixture_output_is_captured(tmp_path: Path) -> None:
     """A passing test's fixture output stays captured (hidden); the announced line is shown."""
     (tmp_path / "test_inner.py").write_text(INNER_CONFTEST)

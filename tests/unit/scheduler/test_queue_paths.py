@@ -292,3 +292,46 @@ async def test_a_waiting_pop_waits_exactly_until_the_earliest_backoff_ends(
     clock.advance(0.25)
     queue.flush_backoff()
     assert (await asyncio.wait_for(second, 1)).attempts == 2
+
+
+@pytest.mark.parametrize("pool", ["active", "backoff", "unschedulable", "in_flight"])
+def test_oldest_queued_at_finds_the_oldest_pod_in_any_pool(pool: str) -> None:
+    """The oldest pod alone in `pool`, a younger one in activeQ (in "active", both there)."""
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add("ns/old", 0, "x")
+    park(queue, "ns/old", pool)
+    clock.advance(5)
+    queue.add("ns/young", 0, "y")
+    assert queue.oldest_queued_at() == 1000.0
+
+
+def test_take_skips_keys_not_waiting_wherever_they_are_in_the_list() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock)
+    for key in ("ns/a", "ns/b", "ns/c"):
+        queue.add(key, 0, "x")
+    flying = pop(queue)
+    taken = queue.take(["ns/missing", flying.key, "ns/b", "ns/gone", "ns/c"])
+    assert [pod.key for pod in taken] == ["ns/b", "ns/c"]
+
+
+def test_a_flight_ends_with_its_requeue_a_later_pop_or_a_delete() -> None:
+    """`flying` is true only for the latest pop of a key while its cycle runs."""
+    clock = FakeClock()
+    queue = make_queue(clock)
+    queue.add("ns/p", 0, "x")
+    first = pop(queue)
+    assert queue.flying(first)
+    queue.requeue_backoff(first)
+    assert not queue.flying(first)  # requeued: no flight at all
+    clock.advance(1)
+    second = pop(queue)
+    assert queue.flying(second)
+    assert not queue.flying(first)  # a flight, but of a later pop
+    queue.delete("ns/p")
+    assert not queue.flying(second)
+    queue.add("ns/q", 0, "x")
+    done = pop(queue)
+    queue.done(done)
+    assert not queue.flying(done)

@@ -33,6 +33,7 @@ def test_an_empty_activeq_takes_the_pod_whose_backoff_ends_first() -> None:
     assert queue.where("ns/first") == "in_flight"
     assert queue.popped_from_backoff == 1
     assert pop(queue).key == "ns/second"
+    assert queue.popped_from_backoff == 2
     assert queue.pop_nowait() is None
 
 
@@ -66,6 +67,16 @@ def test_a_pod_backing_off_after_an_error_waits_its_backoff_out() -> None:
     assert queue.where("ns/failed-bind") == "backoff"
     clock.advance(1.0)
     assert pop(queue).key == "ns/failed-bind"
+
+
+def test_a_pod_backing_off_after_an_error_does_not_hide_the_pods_after_it() -> None:
+    clock = FakeClock()
+    queue = queue_with(clock)
+    queue.add("ns/failed-bind", 0, "x")
+    queue.requeue_backoff(pop(queue))  # first in backoffQ
+    moved_to_backoff(queue, "ns/moved")
+    assert pop(queue).key == "ns/moved"
+    assert queue.where("ns/failed-bind") == "backoff"
 
 
 def test_an_error_then_unschedulable_pod_may_be_taken_early_again() -> None:
