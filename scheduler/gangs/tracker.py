@@ -36,7 +36,7 @@ from scheduler.gangs.kueue import (
     member_count,
 )
 from scheduler.kube.podgroups import CONDITION_TYPE as SCHEDULED_CONDITION
-from scheduler.model.fields import FieldError
+from scheduler.model.fields import FieldError, object_at
 from scheduler.model.objects import COSCHEDULING_PREFIX, PodInfo, PodRef
 from topology.text import clip, quote
 
@@ -79,15 +79,6 @@ def gang_key(pod: PodInfo | PodRef) -> str:
     return f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else ""
 
 
-def _object(raw: object, where: str, errors: list[FieldError]) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if isinstance(raw, Mapping):
-        return raw
-    errors.append(FieldError(where, f"must be an object, got {type(raw).__name__}"))
-    return {}
-
-
 def _min_count(raw: object, errors: list[FieldError]) -> int:
     where = "spec.schedulingPolicy.gang.minCount"
     if isinstance(raw, bool) or not isinstance(raw, int):
@@ -108,7 +99,7 @@ def _topology_key(raw: object, errors: list[FieldError]) -> str:
         return ""
     if not raw:
         return ""
-    first = _object(raw[0], f"{where}[0]", errors)
+    first = object_at(raw[0], f"{where}[0]", errors)
     key = first.get("key")
     if not isinstance(key, str) or not key:
         errors.append(FieldError(f"{where}[0].key", f"must be a label key, got {quote(key)}"))
@@ -129,12 +120,12 @@ def _condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
 def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
     """A PodGroupInfo from a PodGroup's JSON. Never raises; problems land in `errors`."""
     errors: list[FieldError] = []
-    metadata = _object(obj.get("metadata"), "metadata", errors)
-    spec = _object(obj.get("spec"), "spec", errors)
-    status = _object(obj.get("status"), "status", errors)
+    metadata = object_at(obj.get("metadata"), "metadata", errors)
+    spec = object_at(obj.get("spec"), "spec", errors)
+    status = object_at(obj.get("status"), "status", errors)
     namespace = clip(metadata.get("namespace") or "")
     name = clip(metadata.get("name") or "")
-    policy = _object(spec.get("schedulingPolicy"), "spec.schedulingPolicy", errors)
+    policy = object_at(spec.get("schedulingPolicy"), "spec.schedulingPolicy", errors)
     gang_raw, basic_raw = policy.get("gang"), policy.get("basic")
     gang, min_count = False, 1
     if (gang_raw is None) == (basic_raw is None):
@@ -142,9 +133,9 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
     elif gang_raw is not None:
         gang = True
         min_count = _min_count(
-            _object(gang_raw, "spec.schedulingPolicy.gang", errors).get("minCount"), errors
+            object_at(gang_raw, "spec.schedulingPolicy.gang", errors).get("minCount"), errors
         )
-    constraints = _object(spec.get("schedulingConstraints"), "spec.schedulingConstraints", errors)
+    constraints = object_at(spec.get("schedulingConstraints"), "spec.schedulingConstraints", errors)
     topology_key = _topology_key(constraints.get("topology"), errors)
     priority_raw = spec.get("priority")
     priority: int | None = None
@@ -152,7 +143,7 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroupInfo:
         priority = priority_raw
     elif priority_raw is not None:
         errors.append(FieldError("spec.priority", f"must be an integer, got {quote(priority_raw)}"))
-    mode = _object(spec.get("disruptionMode"), "spec.disruptionMode", errors)
+    mode = object_at(spec.get("disruptionMode"), "spec.disruptionMode", errors)
     disruption_mode = "all" if "all" in mode else "single" if "single" in mode else ""
     return PodGroupInfo(
         key=f"{namespace}/{name}",
@@ -349,8 +340,8 @@ def parse_coscheduling_group(obj: Mapping[str, Any]) -> PodGroupInfo:
     PodGroup's JSON. `spec.scheduleTimeoutSeconds` is read and kept for information only.
     Never raises; problems land in `errors`."""
     errors: list[FieldError] = []
-    metadata = _object(obj.get("metadata"), "metadata", errors)
-    spec = _object(obj.get("spec"), "spec", errors)
+    metadata = object_at(obj.get("metadata"), "metadata", errors)
+    spec = object_at(obj.get("spec"), "spec", errors)
     namespace = clip(metadata.get("namespace") or "")
     name = clip(metadata.get("name") or "")
     raw = spec.get("minMember")
