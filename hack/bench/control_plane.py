@@ -475,7 +475,7 @@ class TokenBucket:
             await asyncio.sleep((1 - self.tokens) / self.qps)
 
 
-async def _expect_ok(response: Any, what: str) -> None:
+async def expect_ok(response: Any, what: str) -> None:
     """Check a raw (`_preload_content=False`) response and release it."""
     try:
         if not 200 <= response.status <= 299:
@@ -517,7 +517,7 @@ async def clear_namespace(
                 name, namespace, grace_period_seconds=0, _preload_content=False
             )
             if response.status != 404:
-                await _expect_ok(response, f"delete {name}")
+                await expect_ok(response, f"delete {name}")
             else:
                 response.release()
 
@@ -584,7 +584,7 @@ async def run_pods(
             response = await core.create_namespaced_pod_binding(
                 name, namespace, cast(Any, body), _preload_content=False
             )
-            await _expect_ok(response, f"bind {name}")
+            await expect_ok(response, f"bind {name}")
 
     kinds = feature_kinds(len(sizes), options.seed) if options.features else []
 
@@ -600,7 +600,7 @@ async def run_pods(
             response = await core.create_namespaced_pod(
                 namespace, cast(Any, manifest), _preload_content=False
             )
-            await _expect_ok(response, f"create {name}")
+            await expect_ok(response, f"create {name}")
         if plan is not None and index in plan:
             task = asyncio.create_task(bind(name, plan[index]))
             binds.add(task)
@@ -618,7 +618,7 @@ async def run_pods(
                 pod_group_manifest(gang, members),
                 _preload_content=False,
             )
-            await _expect_ok(response, f"create PodGroup {gang}")
+            await expect_ok(response, f"create PodGroup {gang}")
 
     async def create_all() -> None:
         nonlocal creation_done, arrival_start

@@ -52,8 +52,8 @@ from hack.bench.control_plane import (
     POLL_INTERVAL_S,
     BoundPods,
     SeeingHandler,
-    _expect_ok,
     clear_namespace,
+    expect_ok,
     fresh_namespace,
     pod_manifest,
     start_gpu_scheduler,
@@ -182,7 +182,7 @@ async def _ignore_missing(request: Any, what: str) -> None:
     if response.status == 404:
         response.release()
         return
-    await _expect_ok(response, what)
+    await expect_ok(response, what)
 
 
 async def run_jobs(
@@ -223,7 +223,7 @@ async def run_jobs(
             response = await core.create_namespaced_pod(
                 namespace, cast(Any, body), _preload_content=False
             )
-            await _expect_ok(response, f"create pod {body['metadata']['name']}")
+            await expect_ok(response, f"create pod {body['metadata']['name']}")
 
     async def submit(job: Job) -> None:
         created[job.name] = clock() - t0
@@ -231,7 +231,7 @@ async def run_jobs(
             response = await custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, pod_group_manifest(job), _preload_content=False
             )
-            await _expect_ok(response, f"create PodGroup {job.name}")
+            await expect_ok(response, f"create PodGroup {job.name}")
         pods = job_pods(job, scheduler_name, options.node_selector, groups)
         await asyncio.gather(*(create(pod) for pod in pods))
 

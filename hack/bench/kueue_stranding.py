@@ -45,7 +45,7 @@ from hack.bench.control_plane import (
     NODES_READY_TIMEOUT_S,
     POLL_INTERVAL_S,
     SeeingHandler,
-    _expect_ok,
+    expect_ok,
     fresh_namespace,
     nvlink_quality,
     start_gpu_scheduler,
@@ -316,7 +316,7 @@ async def run_jobs(
         response = await batch.create_namespaced_job(
             namespace, cast(Any, body), _preload_content=False
         )
-        await _expect_ok(response, f"create Job {job.name}")
+        await expect_ok(response, f"create Job {job.name}")
 
     async def finish(names: list[str]) -> None:
         """Let kwok complete the pods (the annotation off): the Job finishes, Kueue frees quota."""
@@ -328,7 +328,7 @@ async def run_jobs(
             if response.status == 404:
                 response.release()
             else:
-                await _expect_ok(response, f"patch pod {name}")
+                await expect_ok(response, f"patch pod {name}")
 
     watches = [asyncio.create_task(i.run()) for i in (workload_informer, pod_informer)]
     try:

@@ -41,7 +41,7 @@ class Mode(Enum):
     EMPTY = "empty"
 
 
-def _nan_values(body: dict[str, Any]) -> dict[str, Any]:
+def nan_values(body: dict[str, Any]) -> dict[str, Any]:
     """`body` with every instant or range sample value replaced by "NaN"."""
     data = body.get("data") or {}
     result = data.get("result")
@@ -145,5 +145,5 @@ class FlakyPrometheus:
             return web.Response(text=f"proxy: {type(error).__name__}", status=502)
         if mode is Mode.NAN:
             with contextlib.suppress(ValueError):
-                text = json.dumps(_nan_values(json.loads(text)))
+                text = json.dumps(nan_values(json.loads(text)))
         return web.Response(text=text, status=status, content_type="application/json")

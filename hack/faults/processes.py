@@ -18,7 +18,7 @@ import yaml
 
 from hack.faults.invariants import read_records
 from hack.localcluster.cluster import REPO_ROOT, free_port
-from hack.localcluster.processes import _die_with_parent as die_with_parent
+from hack.localcluster.processes import die_with_parent
 
 
 def scheduler_config(

@@ -122,7 +122,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return bool(response.status == 200)
@@ -248,7 +248,7 @@ class LocalCluster:
             ],
         )
         self.processes.wait_ready(
-            component, lambda: _http_ok(f"{self.etcd_url}/health"), READY_TIMEOUT_S
+            component, lambda: http_ok(f"{self.etcd_url}/health"), READY_TIMEOUT_S
         )
 
     def _start_apiserver(self) -> None:
@@ -299,7 +299,7 @@ class LocalCluster:
         )
         context = self.tls_context()
         self.processes.wait_ready(
-            component, lambda: _http_ok(f"{self.server}/readyz", context), READY_TIMEOUT_S
+            component, lambda: http_ok(f"{self.server}/readyz", context), READY_TIMEOUT_S
         )
 
     def _write_kubeconfig(self) -> None:
@@ -376,7 +376,7 @@ class LocalCluster:
         insecure = ssl._create_unverified_context()  # a self-signed serving cert, loopback only
         self.processes.wait_ready(
             component,
-            lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", insecure),
+            lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure),
             READY_TIMEOUT_S,
         )
 
@@ -405,7 +405,7 @@ class LocalCluster:
             ],
         )
         self.processes.wait_ready(
-            component, lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), READY_TIMEOUT_S
+            component, lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), READY_TIMEOUT_S
         )
 
     def _start_kube_scheduler(self) -> None:
@@ -452,7 +452,7 @@ class LocalCluster:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         component = self.processes.start("fake-dcgm-exporter", argv, env=env, cwd=REPO_ROOT)
         self.processes.wait_ready(
-            component, lambda: _http_ok(f"{self.dcgm_url}/healthz"), READY_TIMEOUT_S
+            component, lambda: http_ok(f"{self.dcgm_url}/healthz"), READY_TIMEOUT_S
         )
 
     def _start_prometheus(self) -> None:
@@ -475,7 +475,7 @@ class LocalCluster:
             ),
         )
         self.processes.wait_ready(
-            component, lambda: _http_ok(f"{self.prometheus_url}/-/ready"), READY_TIMEOUT_S
+            component, lambda: http_ok(f"{self.prometheus_url}/-/ready"), READY_TIMEOUT_S
         )
 
 
@@ -490,19 +490,19 @@ def restart_component(cluster: LocalCluster, name: str) -> None:
         argv = next(c.argv for c in cluster.processes.components if c.name == component)
         port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
         insecure = ssl._create_unverified_context()  # a self-signed serving cert, loopback only
-        return _http_ok(f"https://127.0.0.1:{port}/healthz", insecure)
+        return http_ok(f"https://127.0.0.1:{port}/healthz", insecure)
 
     def kwok_healthz() -> bool:
         argv = next(c.argv for c in cluster.processes.components if c.name == "kwok")
         address = next(a.split("=", 1)[1] for a in argv if a.startswith("--server-address="))
-        return _http_ok(f"http://{address}/healthz")
+        return http_ok(f"http://{address}/healthz")
 
     probes = {
         "kwok": kwok_healthz,
-        "kube-apiserver": lambda: _http_ok(f"{cluster.server}/readyz", cluster.tls_context()),
+        "kube-apiserver": lambda: http_ok(f"{cluster.server}/readyz", cluster.tls_context()),
         "kube-controller-manager": lambda: secure_healthz("kube-controller-manager"),
-        "etcd": lambda: _http_ok(f"{cluster.etcd_url}/health"),
-        "prometheus": lambda: _http_ok(f"{cluster.prometheus_url}/-/ready"),
+        "etcd": lambda: http_ok(f"{cluster.etcd_url}/health"),
+        "prometheus": lambda: http_ok(f"{cluster.prometheus_url}/-/ready"),
     }
     components = cluster.processes.components
     index = next(i for i, c in enumerate(components) if c.name == name and c.alive())

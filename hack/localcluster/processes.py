@@ -34,7 +34,7 @@ class ComponentError(RuntimeError):
     """A component failed to start or to become ready; the message names it and its log."""
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -109,7 +109,7 @@ class ProcessGroup:
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         component = Component(name, argv, log_path, process)
         self.components.append(component)

@@ -411,7 +411,7 @@ class RealNode:
 
     def _start_kube_proxy(self) -> None:
         assert self.binaries is not None
-        from hack.localcluster.cluster import _http_ok
+        from hack.localcluster.cluster import http_ok
 
         kubeconfig = self._client_kubeconfig("kube-proxy", "system:kube-proxy", None)
         healthz, metrics = free_port_on("127.0.0.1"), free_port_on("127.0.0.1")
@@ -425,7 +425,7 @@ class RealNode:
             "kube-proxy", [str(self.binaries.kube_proxy), f"--config={config}", "--v=1"]
         )
         self.processes.wait_ready(
-            component, lambda: _http_ok(f"http://127.0.0.1:{healthz}/healthz"), READY_TIMEOUT_S
+            component, lambda: http_ok(f"http://127.0.0.1:{healthz}/healthz"), READY_TIMEOUT_S
         )
 
     # -- stop ----------------------------------------------------------------------------------

@@ -190,7 +190,7 @@ def operator_settings(server: kopf.WebhookServer) -> kopf.OperatorSettings:
     return settings
 
 
-def _loop_signal_handlers(loop: asyncio.AbstractEventLoop) -> dict[int, object]:
+def loop_signal_handlers(loop: asyncio.AbstractEventLoop) -> dict[int, object]:
     """The loop's SIGINT/SIGTERM handlers (asyncio keeps them in `_signal_handlers`; no public
     reader exists)."""
     handlers = getattr(loop, "_signal_handlers", None)
@@ -199,7 +199,7 @@ def _loop_signal_handlers(loop: asyncio.AbstractEventLoop) -> dict[int, object]:
     return {sig: handlers[sig] for sig in _SIGNALS if sig in handlers}
 
 
-def _restore_signal_handlers(loop: asyncio.AbstractEventLoop, saved: dict[int, object]) -> None:
+def restore_signal_handlers(loop: asyncio.AbstractEventLoop, saved: dict[int, object]) -> None:
     """Put back the SIGINT/SIGTERM handlers kopf replaced; remove those it added."""
     handlers = getattr(loop, "_signal_handlers", None)
     for sig in _SIGNALS:
@@ -277,7 +277,7 @@ class AdmissionWebhooks:
     async def _serve(self, server: kopf.WebhookServer) -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        saved = _loop_signal_handlers(loop)
+        saved = loop_signal_handlers(loop)
         try:
             tasks = await kopf.spawn_tasks(
                 registry=build_registry(self.scheduler_name, self.configuration),
@@ -287,7 +287,7 @@ class AdmissionWebhooks:
                 stop_flag=stop,
             )
         finally:
-            _restore_signal_handlers(loop, saved)
+            restore_signal_handlers(loop, saved)
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             ended = sorted(

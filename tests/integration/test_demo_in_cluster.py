@@ -22,13 +22,13 @@ from tests.integration.test_demo import (
     check_reclaim,
     read_until_ready,
 )
-from tests.integration.test_image import _require_tools
+from tests.integration.test_image import require_tools
 
 pytestmark = pytest.mark.real_node
 
 
 def test_the_demo_runs_its_steps_with_the_scheduler_in_the_cluster(tmp_path: Path) -> None:
-    _require_tools()
+    require_tools()
     work_dir = tmp_path / "demo"
     demo = subprocess.Popen(
         [sys.executable, "-m", "hack.demo", "--count=1", "--in-cluster", f"--work-dir={work_dir}"],

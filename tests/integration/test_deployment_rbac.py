@@ -26,7 +26,7 @@ from tests.scheduling import (
 MANIFEST_NAMESPACE = "gpu-scheduler"
 
 
-def _rbac_documents(namespace: str) -> list[dict[str, object]]:
+def rbac_documents(namespace: str) -> list[dict[str, object]]:
     """manifests/rbac.yaml moved into `namespace`, cluster-wide names made unique."""
     documents = list(yaml.safe_load_all((REPO_ROOT / "manifests" / "rbac.yaml").read_text()))
     text = yaml.safe_dump_all(documents)
@@ -72,7 +72,7 @@ async def scheduler_kubeconfig(
     documents: list[dict[str, object]],
     tmp_path: Path,
 ) -> Path:
-    """Apply `documents` (the manifests' RBAC, e.g. from `_rbac_documents`, perhaps edited) and
+    """Apply `documents` (the manifests' RBAC, e.g. from `rbac_documents`, perhaps edited) and
     return a kubeconfig holding a token of their `gpu-scheduler` ServiceAccount in `namespace`."""
     assert cluster.binaries is not None
     await asyncio.to_thread(
@@ -93,7 +93,7 @@ async def test_scheduler_runs_with_the_manifest_rbac(
     cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> None:
     kubeconfig = await scheduler_kubeconfig(
-        cluster, core_api, namespace, _rbac_documents(namespace), tmp_path
+        cluster, core_api, namespace, rbac_documents(namespace), tmp_path
     )
     await make_nodes(core_api, [isolated(G2, namespace)])
     await core_api.create_namespaced_pod(namespace, our_pod(namespace, "fits", 2))

@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from hack.localcluster import G2, LocalCluster
-from tests.integration.test_deployment_rbac import _rbac_documents, scheduler_kubeconfig
+from tests.integration.test_deployment_rbac import rbac_documents, scheduler_kubeconfig
 from tests.integration.test_gangs import condition_is, create_group, member
 from tests.integration.test_reclaim import (  # noqa: F401  (the classes fixture)
     H200_PAIR,
@@ -235,7 +235,7 @@ async def test_bindings_refused_by_the_api_server_set_scheduler_error(
     """The scheduler runs with the manifests' RBAC minus pods/binding: every Binding is refused
     (403), so the gang's PodGroup says SchedulerError with the API server's words."""
     assert cluster.binaries is not None
-    documents = _rbac_documents(namespace)
+    documents = rbac_documents(namespace)
     for document in documents:
         for rule in document.get("rules") or ():  # type: ignore[attr-defined]
             rule["resources"] = [r for r in rule["resources"] if r != "pods/binding"]

@@ -32,7 +32,7 @@ from hack.localcluster import LocalCluster
 from hack.localcluster.cluster import free_port
 from scheduler.cli import package_version
 from tests.datasets import REPO_ROOT
-from tests.integration.test_deployment_rbac import _rbac_documents
+from tests.integration.test_deployment_rbac import rbac_documents
 from tests.kube import eventually
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -59,7 +59,7 @@ print(json.dumps({{"modules": len(names), "dont_write_bytecode": sys.dont_write_
 """Imports every module of the distribution; reports which lack a precompiled .pyc."""
 
 
-def _require_tools() -> None:
+def require_tools() -> None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     reason = ""
     if missing:
@@ -74,7 +74,7 @@ def _require_tools() -> None:
 
 @pytest.fixture(scope="module")
 def archive() -> Path:
-    _require_tools()
+    require_tools()
     return image_archive()
 
 
@@ -232,7 +232,7 @@ async def test_the_daemon_runs_hardened_in_cluster_style_until_sigterm(
     a kubelet mounts it, in-cluster configuration from KUBERNETES_SERVICE_HOST/PORT; only the
     scheduler name, the Lease's namespace and the metrics address are moved to this test's."""
     assert cluster.binaries is not None and cluster.pki is not None
-    rbac = yaml.safe_dump_all(_rbac_documents(namespace))
+    rbac = yaml.safe_dump_all(rbac_documents(namespace))
     kubectl = [str(cluster.binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}"]
     await asyncio.to_thread(
         subprocess.run, [*kubectl, "apply", "-f", "-"], input=rbac, text=True, check=True

@@ -47,7 +47,7 @@ from hack.localcluster.incluster import (
 )
 from hack.localcluster.nodes import G2, create_nodes, wait_nodes_ready
 from tests.conftest import announce
-from tests.integration.test_image import _require_tools
+from tests.integration.test_image import require_tools
 from tests.kube import gpu_pod
 
 pytestmark = pytest.mark.real_node
@@ -160,7 +160,7 @@ def delete_work(cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="module")
 def deployed(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
-    _require_tools()
+    require_tools()
     from hack.image import image_archive
 
     started = time.monotonic()

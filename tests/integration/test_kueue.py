@@ -156,7 +156,7 @@ async def _delete_quietly(call: Any) -> None:
             raise
 
 
-async def _get(
+async def get_custom_object(
     custom: client.CustomObjectsApi, plural: str, namespace: str | None, name: str
 ) -> dict[str, Any]:
     if namespace is None:
@@ -179,7 +179,7 @@ async def _condition(
     kind: str,
     status: str = "True",
 ) -> dict[str, Any] | None:
-    body = await _get(custom, plural, namespace, name)
+    body = await get_custom_object(custom, plural, namespace, name)
     for condition in (body.get("status") or {}).get("conditions") or ():
         if condition["type"] == kind and condition["status"] == status:
             found: dict[str, Any] = condition

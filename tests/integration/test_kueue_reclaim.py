@@ -27,13 +27,13 @@ from scheduler.kube.kueue_workloads import (
     DEACTIVATED_IN_TERM_ANNOTATION,
 )
 from scheduler.postfilter.kueue_takeback import WORKLOAD_DEACTIVATED
-from tests.integration.test_deployment_rbac import _rbac_documents, scheduler_kubeconfig
+from tests.integration.test_deployment_rbac import rbac_documents, scheduler_kubeconfig
 from tests.integration.test_kueue import (
     RECIPE,
     SCHEDULER,
     Scene,
     Team,
-    _get,
+    get_custom_object,
     gpu_job,
     team_queues,
 )
@@ -69,7 +69,7 @@ class Reclaim:
     async def workload(self, job: str) -> dict[str, Any]:
         name = await eventually(lambda: self.scene.workload(job), what=f"Workload of {job}")
         custom = client.CustomObjectsApi(self.scene.api_client)
-        return await _get(custom, "workloads", self.scene.namespace, name)
+        return await get_custom_object(custom, "workloads", self.scene.namespace, name)
 
     async def notes(self, name: str, reason: str) -> list[str] | None:
         """None while there are none (see `test_reclaim.notes`)."""
@@ -119,7 +119,7 @@ async def _daemon_kubeconfig(
 ) -> Path:
     """A kubeconfig of the manifests' ServiceAccount (moved into `namespace`); without `patch`,
     its ClusterRole may read Workloads but not patch them."""
-    documents = _rbac_documents(namespace)
+    documents = rbac_documents(namespace)
     if not patch:
         for document in documents:
             if document["kind"] == "ClusterRole":

@@ -27,10 +27,10 @@ from scheduler.admission.rules import ENABLED_LABEL, priority_class_denial
 from scheduler.admission.server import (
     MUTATE_POD,
     VALIDATE_PRIORITY_CLASS,
-    _loop_signal_handlers,
+    loop_signal_handlers,
 )
 from scheduler.daemon import Daemon
-from tests.integration.test_deployment_rbac import _rbac_documents, scheduler_kubeconfig
+from tests.integration.test_deployment_rbac import rbac_documents, scheduler_kubeconfig
 from tests.kube import eventually, gpu_pod, make_namespace
 from tests.scheduling import (
     TEST_LABEL,
@@ -135,10 +135,10 @@ async def test_a_malformed_reclaim_annotation_is_refused_naming_it_and_the_allow
     partial = _priority_class(f"{namespace}-partial", {TOLERATION_SECONDS: "60"}, namespace)
     good = _priority_class(f"{namespace}-good", VALID_POLICY, namespace)
     loop = asyncio.get_running_loop()
-    handlers = _loop_signal_handlers(loop)
+    handlers = loop_signal_handlers(loop)
     async with running_daemon(cluster, settings) as daemon:
         await eventually(daemon.admission.serving.wait, what="webhook server listening")
-        assert _loop_signal_handlers(loop) == handlers  # kopf's SIGINT/SIGTERM handlers undone
+        assert loop_signal_handlers(loop) == handlers  # kopf's SIGINT/SIGTERM handlers undone
         webhook = shipped_webhook(
             "webhooks/webhook-validating.yaml",
             daemon,
@@ -370,7 +370,7 @@ async def test_the_webhooks_serve_with_the_manifest_rbac_a_token_and_a_mounted_c
     ):
         (cert_dir / target).write_bytes(source.read_bytes())
     kubeconfig = await scheduler_kubeconfig(
-        cluster, core_api, namespace, _rbac_documents(namespace), tmp_path
+        cluster, core_api, namespace, rbac_documents(namespace), tmp_path
     )
     await core_api.patch_namespace(namespace, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
     settings = settings_for(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.faults.fake_prom import _nan_values
+from hack.faults.fake_prom import nan_values
 from hack.faults.invariants import Violation
 from hack.faults.proxy import ResetProxy, proxied_kubeconfig
 from hack.faults.scenarios import Outcome
@@ -95,7 +95,7 @@ def test_nan_mode_replaces_instant_and_range_values() -> None:
             ]
         },
     }
-    result = _nan_values(body)["data"]["result"]
+    result = nan_values(body)["data"]["result"]
     assert result[0]["value"] == [1.0, "NaN"]
     assert result[1]["values"] == [[1.0, "NaN"], [2.0, "NaN"]]
 

@@ -59,7 +59,7 @@ class FakeResponse:
         self.released = True
 
 
-async def _answer(outcomes: list[Outcome], gate: asyncio.Event | None, ok: int) -> FakeResponse:
+async def answer(outcomes: list[Outcome], gate: asyncio.Event | None, ok: int) -> FakeResponse:
     if gate is not None:
         await gate.wait()
     outcome: Outcome = outcomes.pop(0) if outcomes else ok
@@ -94,7 +94,7 @@ class FakeCoreV1:
         if isinstance(outcome, dict):
             return FakeResponse.json(200, outcome)
         if outcome is not None:
-            return await _answer([outcome], None, 200)
+            return await answer([outcome], None, 200)
         uid = self.bindings[-1]["metadata"]["uid"] if self.bindings else ""
         return FakeResponse.json(200, {"metadata": {"name": name, "uid": uid}, "spec": {}})
 
@@ -102,13 +102,13 @@ class FakeCoreV1:
         self, name: str, namespace: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.bindings.append(body)
-        return await _answer(self.bind_outcomes, self.bind_gate, 201)
+        return await answer(self.bind_outcomes, self.bind_gate, 201)
 
     async def patch_namespaced_pod_status(
         self, name: str, namespace: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.patches.append((namespace, name, body))
-        return await _answer(self.patch_outcomes, None, 200)
+        return await answer(self.patch_outcomes, None, 200)
 
     def condition_messages(self) -> list[str]:
         return [body["status"]["conditions"][0]["message"] for _, _, body in self.patches]
@@ -126,7 +126,7 @@ class FakeEventsV1:
         self, namespace: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.bodies.append(body)
-        return await _answer(self.outcomes, self.gate, 201)
+        return await answer(self.outcomes, self.gate, 201)
 
 
 @dataclass

@@ -34,10 +34,10 @@ from scheduler.admission.rules import (
 from scheduler.admission.server import (
     MUTATE_POD,
     VALIDATE_PRIORITY_CLASS,
-    _loop_signal_handlers,
-    _restore_signal_handlers,
     connection_info,
+    loop_signal_handlers,
     operator_settings,
+    restore_signal_handlers,
 )
 from scheduler.config import config_from_data
 
@@ -240,12 +240,12 @@ async def test_signal_handlers_kopf_replaced_are_put_back_and_those_it_added_rem
     calls: list[str] = []
     loop.add_signal_handler(signal.SIGTERM, calls.append, "ours")
     try:
-        saved = _loop_signal_handlers(loop)
+        saved = loop_signal_handlers(loop)
         assert set(saved) == {signal.SIGTERM}
         loop.add_signal_handler(signal.SIGTERM, calls.append, "kopf")  # what kopf does
         loop.add_signal_handler(signal.SIGINT, calls.append, "kopf")
-        _restore_signal_handlers(loop, saved)
-        assert set(_loop_signal_handlers(loop)) == {signal.SIGTERM}
+        restore_signal_handlers(loop, saved)
+        assert set(loop_signal_handlers(loop)) == {signal.SIGTERM}
         signal.raise_signal(signal.SIGTERM)
         for _ in range(10):
             await asyncio.sleep(0.01)

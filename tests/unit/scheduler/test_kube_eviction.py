@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.kube.apierrors import APITransportError
 from scheduler.kube.eviction import EvictionResult, evict_pod, nominate
-from tests.unit.scheduler.core_api_double import FakeResponse, Outcome, _answer
+from tests.unit.scheduler.core_api_double import FakeResponse, Outcome, answer
 
 UID_MISMATCH = "Precondition failed: UID in precondition: 1111, UID in object meta: 2222"
 
@@ -21,10 +21,10 @@ class EvictionCore:
         self.outcomes = outcomes
 
     async def create_namespaced_pod_eviction(self, *args: Any, **kwargs: Any) -> FakeResponse:
-        return await _answer(self.outcomes, None, 201)
+        return await answer(self.outcomes, None, 201)
 
     async def patch_namespaced_pod_status(self, *args: Any, **kwargs: Any) -> FakeResponse:
-        return await _answer(self.outcomes, None, 200)
+        return await answer(self.outcomes, None, 200)
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from scheduler.plugins.volume_binding import (
 )
 from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import cluster, make_node, make_pod
-from tests.unit.scheduler.core_api_double import FakeCoreV1, FakeResponse, Outcome, _answer, harness
+from tests.unit.scheduler.core_api_double import FakeCoreV1, FakeResponse, Outcome, answer, harness
 from tests.volume_objects import make_claim, make_class, make_volume, with_claims
 
 
@@ -214,13 +214,13 @@ class VolumeCore(FakeCoreV1):
         self, name: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.volume_patches.append((name, body))
-        return await _answer(self.volume_outcomes, self.volume_gate, 200)
+        return await answer(self.volume_outcomes, self.volume_gate, 200)
 
     async def patch_namespaced_persistent_volume_claim(
         self, name: str, namespace: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.claim_patches.append((namespace, name, body))
-        return await _answer([], None, 200)
+        return await answer([], None, 200)
 
 
 def volume_harness(cache: ClusterCache) -> tuple[Any, VolumeCore]:
