@@ -13,6 +13,10 @@ that cannot be reached) end the command with ONE line on stderr, `gpu-scheduler 
 is wrong>; <what to do>`, and exit code 2 (usage: flags, files, configuration) or 1 (run time: the
 API server refused or did not answer); `describe_error` is the one mapping from exception to line.
 Anything else is a bug and keeps its traceback.
+
+A reader that stops early (`gpu-scheduler explain ... | head -3`) ends the command quietly with
+exit code 141, what a shell reports for a process killed by SIGPIPE (128 + 13), as `cat` or `ls`
+would end; see `main`.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ RUN_DESCRIPTION = (
     "GPU_SCHEDULER_KUBECONFIG, never from KUBECONFIG; without one it uses the in-cluster "
     "service account."
 )
+EXIT_BROKEN_PIPE = 141
+"""Exit code when stdout's reader has gone: 128 + SIGPIPE (13), as a shell reports that death."""
 MESSAGE_LIMIT = 400
 """Characters of an error line; longer messages (an API server's, a parser's) are cut."""
 
@@ -177,7 +183,32 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return EXIT_USAGE
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered
+    does not meet the closed pipe again (and print "Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a file descriptor (a test's capture)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. When stdout is a pipe whose reader has closed it
+    (`... | head -3`), the command ends quietly with EXIT_BROKEN_PIPE (141, as after SIGPIPE)
+    instead of a BrokenPipeError traceback: Python ignores SIGPIPE, so the write raises."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # inside the try: the pipe's error is raised here, not at exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the chosen command's usage, not the top level's
