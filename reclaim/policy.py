@@ -248,7 +248,9 @@ def victim_eligibility(
         return Eligibility(
             False,
             EligibilityReason.NO_POLICY,
-            f"PriorityClass {victim.priority_class!r} has no reclaim policy",
+            f"PriorityClass {victim.priority_class!r} has no reclaim policy"
+            if victim.priority_class
+            else "no PriorityClass, so not reclaimable",
         )
     policy = policy_result.policy
     if policy_result.status is PolicyStatus.INVALID or policy is None:

@@ -121,3 +121,12 @@ def test_echoed_values_are_cut_just_past_the_limit() -> None:
     assert exact in error and "..." not in error
     (error,) = parse_policy("c", {**VALID, TOLERATION_SECONDS: exact + "y"}).errors
     assert exact + "..." in error and exact + "y" not in error
+
+
+def test_a_pod_without_a_priority_class_is_named_so_not_as_an_empty_class() -> None:
+    facts = VictimFacts("ns/plain", 0, "", 0.0, 1)
+    result = victim_eligibility(facts, 1000, parse_policy("", {}), NOW)
+    assert (result.reason, result.message) == (
+        EligibilityReason.NO_POLICY,
+        "no PriorityClass, so not reclaimable",
+    )

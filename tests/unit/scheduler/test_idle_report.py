@@ -71,6 +71,13 @@ def test_only_idle_holders_are_listed_with_the_policy_that_applies() -> None:
     assert table[3].split()[:6] == ["team", "idle", "n1", "2", "0.2", "%"]
 
 
+def test_a_holder_without_a_priority_class_reads_so() -> None:
+    plain = holder("plain", priority_class="")
+    rows = report_rows([plain], {}, {plain.key: windows(101.0)}, {}, MEASURE, NOW)
+    assert [row["policy"] for row in rows] == ["none: no PriorityClass, so not reclaimable"]
+    assert "PriorityClass ''" not in render_table(rows)
+
+
 def test_unmeasured_or_young_holders_are_not_listed() -> None:
     young = holder("young", started_ago=60.0)
     young_windows = [dataclasses.replace(w, history_s=60.0) for w in windows(101.0)]
