@@ -19,7 +19,7 @@ lint: setup
 	$(PY) -m mypy
 
 unit: setup
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit -q -rs
 
 test: lint
 	$(PY) -m pytest -v -rs --durations=15 $(ARGS)

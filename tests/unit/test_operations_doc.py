@@ -207,3 +207,15 @@ def test_the_label_table_names_the_labels_the_queries_use() -> None:
     assert named == {getattr(DEFAULT_LABELS, f.name) for f in fields(LabelNames)}
     for metric in (GPU_UTIL, POWER_USAGE, TOTAL_ENERGY, GR_ENGINE_ACTIVE):
         assert f"`{metric}`" in section
+
+
+def test_a_renamed_metric_is_named_only_in_the_rename_table() -> None:
+    text = OPERATIONS.read_text()
+    start = text.index("Renamed in this version")
+    table = text[start : text.index("\n\n", text.index("|", start))]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    old = {re.split(r"[{`]", row.split("|")[1].strip())[1] for row in rows}
+    assert "gpu_scheduler_is_leader" in old
+    rest = text.replace(table, "")
+    for name in sorted(old):
+        assert not re.search(rf"\b{name}\b", rest), f"{name} is gone but still named"
