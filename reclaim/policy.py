@@ -145,6 +145,45 @@ _RULES: dict[str, tuple[Callable[[str], int | float | None], str]] = {
 """Per annotation: its parser (None for a bad value) and the rule errors quote."""
 
 
+@dataclass(frozen=True)
+class AnnotationProblem:
+    """One missing or bad reclaim annotation, as `parse_policy` judges it."""
+
+    key: str
+    value: str | None
+    """The annotation's value; None when it is missing."""
+    rule: str
+    """What the value must be ("" when it is missing)."""
+
+
+def _read(
+    annotations: Mapping[str, str],
+) -> tuple[list[AnnotationProblem], dict[str, int | float]]:
+    """The problems of the four reclaim annotations (the missing ones first, then the bad, each
+    in `POLICY_ANNOTATIONS` order) and the values that parsed."""
+    problems = [AnnotationProblem(k, None, "") for k in POLICY_ANNOTATIONS if k not in annotations]
+    values: dict[str, int | float] = {}
+    for key in POLICY_ANNOTATIONS:
+        if key not in annotations:
+            continue
+        raw = annotations[key]
+        parse, rule = _RULES[key]
+        number = parse(raw)
+        if number is None:
+            problems.append(AnnotationProblem(key, raw, rule))
+        else:
+            values[key] = number
+    return problems, values
+
+
+def annotation_problems(annotations: Mapping[str, str]) -> list[AnnotationProblem]:
+    """Every missing or bad reclaim annotation `parse_policy` finds, as data rather than text
+    (for callers that word their own message); empty for a class with none of the four."""
+    if not any(key in annotations for key in POLICY_ANNOTATIONS):
+        return []
+    return _read(annotations)[0]
+
+
 def parse_policy(priority_class_name: str, annotations: Mapping[str, str]) -> PolicyResult:
     """Read the reclaim policy from a PriorityClass's annotations. Never raises.
 
@@ -161,24 +200,14 @@ def parse_policy(priority_class_name: str, annotations: Mapping[str, str]) -> Po
     name = priority_class_name
     if not any(key in annotations for key in POLICY_ANNOTATIONS):
         return PolicyResult(name, PolicyStatus.NONE)
-    errors: list[str] = []
-    values: dict[str, int | float] = {}
-    for key in POLICY_ANNOTATIONS:
-        if key not in annotations:
-            errors.append(
-                f"PriorityClass {name}: annotation {key} is missing "
-                "(all four reclaim-idle-resource annotations are required)"
-            )
-    for key in POLICY_ANNOTATIONS:
-        if key not in annotations:
-            continue
-        raw = annotations[key]
-        parse, rule = _RULES[key]
-        number = parse(raw)
-        if number is None:
-            errors.append(_error(name, key, raw, rule))
-        else:
-            values[key] = number
+    problems, values = _read(annotations)
+    errors = [
+        f"PriorityClass {name}: annotation {p.key} is missing "
+        "(all four reclaim-idle-resource annotations are required)"
+        if p.value is None
+        else _error(name, p.key, p.value, p.rule)
+        for p in problems
+    ]
     if errors:
         return PolicyResult(name, PolicyStatus.INVALID, errors=tuple(errors))
     policy = ReclaimPolicy(

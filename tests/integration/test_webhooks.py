@@ -150,7 +150,7 @@ async def test_a_malformed_reclaim_annotation_is_refused_naming_it_and_the_allow
             message = await eventually(lambda: _refusal(scheduling, bad), what="bad class refused")
             assert TOLERATION_SECONDS in message
             assert "must be an integer from 0 to 31536000" in message
-            assert '"-5"' in message
+            assert "'-5'" in message
             message = await eventually(lambda: _refusal(scheduling, partial), what="partial")
             for key in POLICY_ANNOTATIONS:
                 if key != TOLERATION_SECONDS:

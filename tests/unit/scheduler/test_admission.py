@@ -21,12 +21,15 @@ from structlog.testing import capture_logs
 from reclaim.policy import (
     MINIMUM_PREEMPTABLE_PRIORITY,
     POLICY_ANNOTATIONS,
+    RESOURCE_IDLE_SECONDS,
     RESOURCE_IDLE_USAGE_THRESHOLD,
     TOLERATION_SECONDS,
 )
 from scheduler.admission import certs, server
 from scheduler.admission.rules import (
     ENABLED_LABEL,
+    MAX_DENIAL_BYTES,
+    NAME_ECHO,
     priority_class_denial,
     requests_gpus,
     scheduler_name_to_set,
@@ -61,7 +64,7 @@ def test_classes_without_reclaim_annotations_or_with_all_four_valid_are_admitted
 def test_a_malformed_value_is_refused_naming_the_annotation_value_and_allowed_values() -> None:
     reason = priority_class_denial(priority_class({**VALID, TOLERATION_SECONDS: "-5"}))
     assert reason == (
-        f'PriorityClass batch-low: annotation {TOLERATION_SECONDS}="-5": '
+        f"PriorityClass batch-low: annotation {TOLERATION_SECONDS}='-5': "
         "must be an integer from 0 to 31536000 (365 days)"
     )
 
@@ -74,8 +77,8 @@ def test_every_bad_annotation_is_named_once() -> None:
     )
     assert reason is not None
     assert reason.count("annotation ") == 2
-    assert f'{MINIMUM_PREEMPTABLE_PRIORITY}="high": must be an integer (int32' in reason
-    assert f'{RESOURCE_IDLE_USAGE_THRESHOLD}="0": must be a number greater than 0' in reason
+    assert f"{MINIMUM_PREEMPTABLE_PRIORITY}='high': must be an integer (int32" in reason
+    assert f"{RESOURCE_IDLE_USAGE_THRESHOLD}='0': must be a number greater than 0" in reason
 
 
 def test_a_partial_policy_is_refused_naming_each_missing_annotation() -> None:
@@ -91,6 +94,53 @@ def test_a_huge_value_is_cut_in_the_message() -> None:
     assert reason is not None
     assert len(reason) < 400
     assert "..." in reason
+
+
+def test_all_four_bad_annotations_are_named_with_the_class_named_once() -> None:
+    bad = dict(zip(POLICY_ANNOTATIONS, ("high", "-5", "0", "nan"), strict=True))
+    reason = priority_class_denial(priority_class(bad))
+    assert reason is not None
+    assert reason.startswith("PriorityClass batch-low: annotation ")
+    assert reason.count("PriorityClass") == 1
+    for key, value in bad.items():
+        assert reason.count(f"{key}='{value}': must be ") == 1
+
+
+def test_missing_and_bad_annotations_are_named_together() -> None:
+    reason = priority_class_denial(
+        priority_class({MINIMUM_PREEMPTABLE_PRIORITY: "1000", TOLERATION_SECONDS: "soon"})
+    )
+    assert reason is not None
+    assert reason.count("PriorityClass") == 1
+    assert reason.count("all four reclaim-idle-resource annotations are required") == 1
+    for key in (RESOURCE_IDLE_SECONDS, RESOURCE_IDLE_USAGE_THRESHOLD):
+        assert f"annotation {key} is missing" in reason
+    assert f"{TOLERATION_SECONDS}='soon': must be an integer" in reason
+    assert MINIMUM_PREEMPTABLE_PRIORITY not in reason
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["9" * 100_000, "\x00" * 5000, "\u20ac" * 5000, "\U0001f600" * 5000, "'\"\\" * 3000],
+    ids=["digits", "nul", "euro", "emoji", "quotes"],
+)
+@pytest.mark.parametrize("name", ["batch-low", "x" * 253, "\u20ac" * 253])
+def test_the_refusal_stays_under_1_kib_whatever_the_input(value: str, name: str) -> None:
+    reason = priority_class_denial(
+        priority_class(dict.fromkeys(POLICY_ANNOTATIONS, value), name=name)
+    )
+    assert reason is not None
+    assert len(reason.encode()) <= MAX_DENIAL_BYTES < 1024
+    if name.isascii():  # a valid (DNS) name leaves room for every annotation
+        for key in POLICY_ANNOTATIONS:
+            assert f"annotation {key}=" in reason
+        assert f"({len(value)} characters)" in reason
+
+
+def test_a_long_name_is_cut_in_the_refusal() -> None:
+    reason = priority_class_denial(priority_class({TOLERATION_SECONDS: "60"}, name="n" * 253))
+    assert reason is not None
+    assert reason.startswith("PriorityClass " + "n" * NAME_ECHO + "... (253 characters): ")
 
 
 def test_odd_objects_never_raise() -> None:
