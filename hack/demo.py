@@ -78,7 +78,9 @@ from hack.localcluster.kwok_stages import RUN_ANNOTATION, UNTIL_DELETED
 from hack.localcluster.nodes import spec_from_mapping
 from hack.localcluster.processes import ComponentError
 from scheduler.cli import describe_error
+from scheduler.model.objects import NVLINK_DOMAIN_ANNOTATION
 from scheduler.tools.errors import EXIT_RUNTIME, CommandError
+from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN
 
 DEFAULT_WORK_DIR = REPO_ROOT / "_out" / "demo"
 NAMESPACE = "demo"
@@ -132,20 +134,67 @@ policy's window, which the placement step's pods have outlived by the time the s
 BUSY_TIME_PERIODS = 3
 """How many accounting periods the busy-time step waits at most for one measured period."""
 READY_LINE = "demo ready; Ctrl-C stops it."
-COLUMNS = ",".join(
-    [
-        "POD:.metadata.name",
-        "NODE:.spec.nodeName",
-        "GPUS:.metadata.annotations.gpu-scheduler\\.io/gpus",
-        "DOMAIN:.metadata.annotations.gpu-scheduler\\.io/nvlink-domain",
-        "STATUS:.status.phase",
-        "WHY:.status.conditions[?(@.type=='PodScheduled')].message",
-    ]
-)
+POD_HEADER = ("POD", "NODE", "GPUS", "DOMAIN", "STATUS", "WHY")
+"""The columns of the demo's pod tables."""
+NONE_CELL = "<none>"
+"""An empty cell, as `kubectl get -o custom-columns` shows it."""
+SPANS = "spans"
+"""The DOMAIN cell of a pod whose GPUs lie in more than one NVLink domain (the annotation's -1)."""
 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
+
+
+def domain_cell(value: str | None) -> str:
+    """The DOMAIN cell for a pod's `gpu-scheduler.io/nvlink-domain` annotation: its domain,
+    `spans` for -1 (the GPUs lie in more than one domain), `<none>` when it has none."""
+    if not value:
+        return NONE_CELL
+    return SPANS if value.strip() == str(NO_DOMAIN) else value
+
+
+def pod_row(pod: dict[str, Any]) -> tuple[str, ...]:
+    """One pod's cells under POD_HEADER."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    status = pod.get("status") or {}
+    why = next(
+        (
+            str(c.get("message") or "")
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled"
+        ),
+        "",
+    )
+    cells = (
+        metadata.get("name"),
+        (pod.get("spec") or {}).get("nodeName"),
+        annotations.get(GPUS_ANNOTATION),
+        domain_cell(annotations.get(NVLINK_DOMAIN_ANNOTATION)),
+        status.get("phase"),
+        why,
+    )
+    return tuple(str(cell) if cell else NONE_CELL for cell in cells)
+
+
+def pod_table(pods: list[dict[str, Any]]) -> str:
+    """POD_HEADER and a row per pod (by name), aligned as `kubectl get -o custom-columns`."""
+    rows = [POD_HEADER, *sorted(pod_row(pod) for pod in pods)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(POD_HEADER) - 1)]
+    return "\n".join(
+        "   ".join(
+            [*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]
+        )
+        for row in rows
+    )
+
+
+def pods_table(cluster: LocalCluster, namespace: str, selector: str = "") -> str:
+    """The pod table of `namespace` (only those matching label `selector`, if given)."""
+    args = ["get", "pods", "-n", namespace, "-o", "json"]
+    listed = cluster.kubectl(*args, *(["-l", selector] if selector else [])).stdout
+    return pod_table(json.loads(listed).get("items", []) if listed.strip() else [])
 
 
 def decided(pod: dict[str, Any]) -> bool:
@@ -335,7 +384,7 @@ def placement(demo: Demo) -> None:
     cluster = demo.cluster
     say(cluster.kubectl("apply", "-f", str(WORKLOADS)).stdout.rstrip())
     wait_for_decisions(cluster, NAMESPACE, SETTLE_TIMEOUT_SECONDS)
-    say(cluster.kubectl("get", "pods", "-n", NAMESPACE, "-o", f"custom-columns={COLUMNS}").stdout)
+    say(pods_table(cluster, NAMESPACE) + "\n")
 
 
 def _samples(prometheus_url: str, pod: str, span_s: int) -> float:
@@ -685,10 +734,7 @@ def gang(demo: Demo) -> None:
             f"see gpu-scheduler.log in {cluster.log_dir}")  # fmt: skip
         return
     selector = f"{RECLAIM_LABEL}={GANG}"
-    table = cluster.kubectl(
-        "get", "pods", "-n", NAMESPACE, "-l", selector, "-o", f"custom-columns={COLUMNS}"
-    )
-    say(table.stdout.rstrip())
+    say(pods_table(cluster, NAMESPACE, selector))
     poll(lambda: demo.stop() or (gang_condition(cluster) or ("",))[0] == "True", 10.0)
     status, reason, message = gang_condition(cluster) or ("?", "?", "?")
     say(f"gang: all {GANG_MEMBERS} members of {GANG} bound, one per node; PodGroup {GANG}: "
@@ -882,8 +928,7 @@ def kueue(demo: Demo) -> None:
         f"{borrowed_gpus(cluster, BORROWER)} GPUs of {LENDER}'s idle quota; gpu-scheduler bound "
         f"its {BORROWING_PODS} pods:")  # fmt: skip
     selector = f"batch.kubernetes.io/job-name={BORROWING_JOB}"
-    say(cluster.kubectl("get", "pods", "-n", BORROWER, "-l", selector, "-o",
-                        f"custom-columns={COLUMNS}").stdout.rstrip())  # fmt: skip
+    say(pods_table(cluster, BORROWER, selector))
     count = int(job["spec"]["parallelism"])
     (container,) = job["spec"]["template"]["spec"]["containers"]
     each = container["resources"]["requests"]["nvidia.com/gpu"]
@@ -926,8 +971,7 @@ def kueue(demo: Demo) -> None:
     say(f"kueue: {BORROWING_JOB}'s pods are gone; {LENDING_JOB} admitted to {LENDER}, and "
         f"gpu-scheduler bound its {count} pods, each inside one NVLink domain:")  # fmt: skip
     selector = f"batch.kubernetes.io/job-name={LENDING_JOB}"
-    say(cluster.kubectl("get", "pods", "-n", LENDER, "-l", selector, "-o",
-                        f"custom-columns={COLUMNS}").stdout.rstrip())  # fmt: skip
+    say(pods_table(cluster, LENDER, selector))
     poll(
         lambda: (
             demo.stop()

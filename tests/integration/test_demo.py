@@ -105,6 +105,7 @@ def check_gang(lines: list[str]) -> None:
     assert sorted(rows) == [f"{GANG}-{i}" for i in range(GANG_MEMBERS)], table
     assert sorted(row[1] for row in rows.values()) == [f"demo-gang-{i}" for i in range(4)]
     assert {row[2] for row in rows.values()} == {"0,1,2,3,4,5,6,7"}
+    assert {row[3] for row in rows.values()} == {"spans"}  # 8 GPUs over two NVLink domains
     done = next(line for line in table if line.startswith("gang: "))
     assert done == (
         f"gang: all {GANG_MEMBERS} members of {GANG} bound, one per node; PodGroup {GANG}: "
