@@ -43,6 +43,7 @@ SUPPORT = ("hack", "tests")
 SCHEDULER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("scheduler.config", "scheduler.logging"),
     ("scheduler.model",),
+    ("scheduler.dra",),
     ("scheduler.kube",),
     ("scheduler.state",),
     ("scheduler.framework",),
