@@ -25,14 +25,28 @@ Parsing rules:
   link types, and links are symmetric.
 
 Anything else raises `TopologyError` with the line and the problem.
+
+By identifier: `discover_domain_ids` adds the output of `nvidia-smi -q -x` (read by
+`topology.smi_query`), whose k-th GPU is `GPUk` of the matrix, and writes the same domains as
+the `gpu-scheduler.io/nvlink-domain-ids` annotation of `topology.domain_ids`, by GPU UUID or by
+PCI bus ID. Both outputs must list the same number of GPUs. Unlike the index annotation, it can
+express a domain whose GPU indices are not consecutive.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Literal
 
+from topology.domain_ids import DomainIds, format_domain_ids
 from topology.domains import NodeTopology, TopologyError, format_domains
+from topology.smi_query import GpuIdentity, parse_gpu_query
 from topology.text import clip, quote
+
+IdKind = Literal["uuid", "pci"]
+"""Which identifier names the GPUs of the by-ID annotation: the UUID or the PCI bus ID."""
+ID_KINDS: tuple[IdKind, ...] = ("uuid", "pci")
 
 SELF_LINK = "X"
 """Diagonal cell: a device's link to itself."""
@@ -198,3 +212,34 @@ def discover_domains(topo_text: str) -> str:
     indices (the annotation grammar cannot express it).
     """
     return format_domains(parse_topology(topo_text).domains)
+
+
+def domain_ids_of(
+    topology: NodeTopology, gpus: Sequence[GpuIdentity], by: IdKind = "uuid"
+) -> DomainIds:
+    """The domains of `topology` with GPU `i` named by `gpus[i]`'s UUID (`by="uuid"`) or PCI bus
+    ID (`by="pci"`). `TopologyError` when the GPU counts differ."""
+    if len(gpus) != topology.gpu_count:
+        raise TopologyError(
+            f"nvidia-smi topo -m lists {topology.gpu_count} GPUs but nvidia-smi -q -x lists "
+            f"{len(gpus)}; give both outputs of the same node"
+        )
+
+    def name(gpu: GpuIdentity) -> str:
+        return gpu.pci_bus_id if by == "pci" else gpu.uuid
+
+    return DomainIds(tuple(tuple(name(gpus[gpu]) for gpu in domain) for domain in topology.domains))
+
+
+def discover_domain_ids(topo_text: str, query_xml: str, by: IdKind = "uuid") -> str:
+    """The `gpu-scheduler.io/nvlink-domain-ids` annotation value for the outputs of
+    `nvidia-smi topo -m` and `nvidia-smi -q -x` of one node, e.g. `"GPU-4554...,GPU-8a1c..."`.
+    Raises `TopologyError` for malformed text or GPU counts that differ."""
+    topology = parse_topology(topo_text)
+    return format_domain_ids(domain_ids_of(topology, parse_gpu_query(query_xml), by).domains)
+
+
+def minors_off_index(gpus: Sequence[GpuIdentity]) -> tuple[GpuIdentity, ...]:
+    """The GPUs whose known minor number differs from their index. NVIDIA's DRA driver names a
+    GPU `gpu-<minor>`, so on such a node the index annotation does not name DRA devices."""
+    return tuple(gpu for gpu in gpus if gpu.minor is not None and gpu.minor != gpu.index)

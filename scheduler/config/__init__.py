@@ -32,7 +32,8 @@ Modules, each importing only modules listed above it:
 - `scheduler.config.tree`: the field metadata of settings and sections (`reads`, `nested`), the
   YAML key of a field (`camel`) and `check_settings`, which every `__post_init__` runs;
 - the sections: `scheduler.config.scoring`, `.binding`, `.queue` (backoff and queue),
-  `.leader_election`, `.reclaim` (reclaim, accounting and preemption) and `.webhooks`;
+  `.leader_election`, `.reclaim` (reclaim, accounting and preemption), `.webhooks` and `.dra`
+  (Dynamic Resource Allocation);
 - `scheduler.config.root`: `SchedulerConfig`, the top-level settings and the invariant between
   sections;
 - `scheduler.config.flags`: the environment variables and command-line flags;
@@ -43,6 +44,7 @@ Import the names below from `scheduler.config` itself.
 """
 
 from scheduler.config.binding import BindingConfig
+from scheduler.config.dra import DraSettings
 from scheduler.config.errors import ConfigError
 from scheduler.config.flags import ENV_OVERRIDES, FLAGS, add_config_flags
 from scheduler.config.leader_election import LeaderElectionConfig, default_identity
@@ -82,6 +84,7 @@ __all__ = [
     "BackoffConfig",
     "BindingConfig",
     "ConfigError",
+    "DraSettings",
     "LeaderElectionConfig",
     "PreemptionConfig",
     "QueueConfig",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scheduler.config.binding import BindingConfig
+from scheduler.config.dra import DraSettings
 from scheduler.config.errors import ConfigError, Invalid
 from scheduler.config.leader_election import LeaderElectionConfig
 from scheduler.config.queue import BackoffConfig, QueueConfig
@@ -71,6 +72,8 @@ class SchedulerConfig:
         default_factory=PreemptionConfig, metadata=nested(PreemptionConfig)
     )
     """Priority preemption when a pod fits nowhere and idle reclaim made no room."""
+    dra: DraSettings = field(default_factory=DraSettings, metadata=nested(DraSettings))
+    """Dynamic Resource Allocation."""
     # Further sections go here; the loader, overrides and unknown-key checks pick them up.
 
     def __post_init__(self) -> None:

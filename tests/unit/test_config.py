@@ -19,6 +19,7 @@ from scheduler.config import (
     BackoffConfig,
     BindingConfig,
     ConfigError,
+    DraSettings,
     LeaderElectionConfig,
     SchedulerConfig,
     add_config_flags,
@@ -84,6 +85,7 @@ FULL: dict[str, Any] = {
         "certDir": "/etc/gpu-scheduler/webhook-tls",
     },
     "preemption": {"enabled": False},
+    "dra": {"nvlinkDomainAttribute": "gpu.nvidia.com/partition8"},
 }
 
 
@@ -551,7 +553,7 @@ def test_fuzz_anything_loads_or_raises_config_error(data: object, env: dict[str,
 
 @settings(max_examples=200, deadline=None)
 @given(
-    section=st.sampled_from(["binding", "backoff", "queue", "leaderElection", "scoring"]),
+    section=st.sampled_from(["binding", "backoff", "queue", "leaderElection", "scoring", "dra"]),
     values=st.dictionaries(st.sampled_from(KNOWN_KEYS), SCALARS, max_size=4),
 )
 def test_fuzz_sections(section: str, values: dict[str, object]) -> None:
@@ -612,3 +614,46 @@ def test_bad_webhooks_settings_name_the_key(
     error = error_of({"webhooks": section})
     assert error.key == key
     assert str(error) == f"config.yaml: {key}: {reason}"
+
+
+# --- dra ------------------------------------------------------------------------------------------
+
+
+def test_dra_domain_attribute_is_unset_by_default_and_kept_as_written() -> None:
+    assert config_from_data({}).dra == DraSettings(nvlink_domain_attribute="")
+    for name in ("gpu.nvidia.com/partition8", "Example.COM/clique_ID", "a/" + "x" * 32):
+        dra = config_from_data({"dra": {"nvlinkDomainAttribute": name}}).dra
+        assert dra.nvlink_domain_attribute == name
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "partition8",  # no domain: not fully qualified
+        "/partition8",
+        "gpu.nvidia.com/",
+        "gpu.nvidia.com/partition-8",  # not a C identifier
+        "gpu.nvidia.com/8partition",
+        "gpu.nvidia.com/a/b",
+        "gpu_nvidia.com/partition8",  # not a DNS subdomain
+        "a" * 64 + "/x",
+        "a/" + "x" * 33,
+        7,
+        None,
+        ["gpu.nvidia.com/partition8"],
+    ],
+)
+def test_bad_dra_domain_attribute_is_one_error_naming_the_key(bad: object) -> None:
+    error = error_of({"dra": {"nvlinkDomainAttribute": bad}})
+    assert error.key == "dra.nvlinkDomainAttribute"
+    assert str(error).startswith(
+        "config.yaml: dra.nvlinkDomainAttribute: must be empty or a fully qualified device "
+        "attribute name"
+    )
+    assert len(str(error)) < 300
+
+
+def test_dra_settings_built_in_code_are_validated() -> None:
+    with pytest.raises(ConfigError) as raised:
+        DraSettings(nvlink_domain_attribute="partition8")
+    assert raised.value.key == "nvlinkDomainAttribute"
