@@ -68,8 +68,9 @@ __all__ = [
 CANNOT_ALLOCATE = "cannot allocate all claims"
 INVALID_POOLS = "invalid resource pools were encountered"
 TIMED_OUT = "node {node}: timed out trying to allocate devices"
-DEFAULT_MAX_STEPS = 200_000
-"""Search steps before giving up; about a second of work, well within upstream's 10 s."""
+DEFAULT_MAX_STEPS = 500_000
+"""Search steps (attempts and devices examined) before giving up: about 5 to 10 us each with
+plain selectors, so a few seconds at most, within upstream's 10 s filter timeout."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class NodeAllocation:
     exceeded: bool = False
     """The step budget ran out: an error of the attempt (retry later), not of the node."""
     steps: int = 0
-    """Search steps taken (upstream's allocateOne invocations)."""
+    """Search steps taken (attempts and candidate devices examined)."""
 
 
 class Allocator:
@@ -133,7 +134,9 @@ class Allocator:
         )
         try:
             found = search.run()
-        except SearchExceeded:
+        except (SearchExceeded, RecursionError):
+            # A search deeper than Python's stack (hundreds of devices in one attempt) is
+            # reported like a spent budget: an error of the attempt, never a wrong answer.
             reason = TIMED_OUT.format(node=node_name)
             return NodeAllocation(None, reason, exceeded=True, steps=search.steps)
         if not found:

@@ -16,10 +16,11 @@ allocator_incubating.go) search:
   search backs out of the request at once ("limit"), which lets a firstAvailable request try an
   entry that needs fewer devices.
 
-`Search.steps` counts the attempts (upstream's `allocateOne` invocations); past `max_steps` the
-search stops with `SearchExceeded`. Candidate order is upstream's unless NVLink domains are
-given (`scheduler.dra.allocator_order`). Devices that allow multiple allocations
-(DRAConsumableCapacity) are not taken yet; `Search.unsupported` says when one was passed over.
+`Search.steps` counts the work: each attempt (upstream's `allocateOne` invocations) and each
+candidate device examined; past `max_steps` the search stops with `SearchExceeded`. Candidate
+order is upstream's unless NVLink domains are given (`scheduler.dra.allocator_order`). Devices
+that allow multiple allocations (DRAConsumableCapacity) are not taken yet;
+`Search.unsupported` says when one was passed over.
 """
 
 from __future__ import annotations
@@ -110,9 +111,7 @@ class Search:
     ) -> Outcome:
         """`allocateOne`: find device `device` of entry `sub` of request `request` of claim
         `claim`, trying `order` from `start` (an empty `order`: the request's first device)."""
-        self.steps += 1
-        if self.steps > self._max_steps:
-            raise SearchExceeded
+        self._tick()
         if claim >= len(self._claims):
             return Outcome.FOUND
         if request >= len(self._requests[claim]):
@@ -137,6 +136,11 @@ class Search:
             if outcome is not Outcome.NONE:
                 return outcome
         return Outcome.NONE
+
+    def _tick(self) -> None:
+        self.steps += 1
+        if self.steps > self._max_steps:
+            raise SearchExceeded
 
     def _entries(self, claim: int, request: int, device: int, count: int) -> Outcome:
         """firstAvailable: each entry in turn; LIMIT only when every entry hit the limit."""
@@ -179,6 +183,7 @@ class Search:
     ) -> Outcome:
         """Each candidate of `order` from `start` as device `device` of the request."""
         for index in range(start, len(order)):
+            self._tick()
             candidate = order[index]
             if not self._free_for(data, candidate):
                 continue

@@ -302,9 +302,9 @@ def test_unusable_pools() -> None:
 
 
 def test_an_invalid_pool_is_the_reason_only_when_nothing_fits() -> None:
-    first = node_slice("a", pool="p1", devices=gpus(0, 1))
+    # Two slices of pool p1 both publish gpu-1: the pool is invalid.
+    first = node_slice("a", pool="p1", slice_count=2, devices=gpus(0, 1))
     second = node_slice("b", pool="p1", slice_count=2, devices=gpus(1, 2))
-    first = first.__class__(**{**first.__dict__, "pool": second.pool})
     pools = pools_of(first, second, node_slice("good", pool="p2", devices=gpus(0)))
     assert any(pool.invalid for pool in pools)
     one = make_claim("c", request("gpus", exact()))
