@@ -1,0 +1,284 @@
+"""The backtracking search of the allocator: claim by claim, request by request, device by
+device, the first complete solution wins, as `allocateOne` and `allocateDevice`
+(k8s.io/dynamic-resource-allocation@v0.37.2 structured/internal/incubating/
+allocator_incubating.go) search:
+
+- a request with firstAvailable entries tries them in order; the first entry that leads to a
+  complete solution is the one allocated;
+- a request for `count` devices tries combinations only (the next device of the same request
+  comes after the previous one in the candidate order), so the search is complete without
+  trying permutations; a request for all devices takes exactly its precomputed devices;
+- a device is taken when it is not in use (in the caller's in-use set, or taken for an earlier
+  claim or request of this attempt; a request with admin access skips that test except for its
+  own claim's devices), the selectors accept it, it allows a single allocation, its shared
+  counters suffice, its taints are tolerated, and the claim's constraints still hold;
+- a claim never gets more than 32 results: when what is left of a request cannot fit, the
+  search backs out of the request at once ("limit"), which lets a firstAvailable request try an
+  entry that needs fewer devices.
+
+`Search.steps` counts the work: each attempt (upstream's `allocateOne` invocations) and each
+candidate device examined; past `max_steps` the search stops with `SearchExceeded`. Candidate
+order is upstream's unless NVLink domains are given (`scheduler.dra.allocator_order`). Devices
+that allow multiple allocations (DRAConsumableCapacity) are not taken yet;
+`Search.unsupported` says when one was passed over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+
+from scheduler.dra.allocator_constraints import Constraint
+from scheduler.dra.allocator_counters import CounterLedger
+from scheduler.dra.allocator_order import UNKNOWN, domain_phases
+from scheduler.dra.allocator_requests import (
+    AllocationError,
+    Candidate,
+    DeviceID,
+    RequestData,
+    claim_label,
+)
+from scheduler.dra.allocator_results import Chosen
+from scheduler.dra.allocator_select import Selection, taint_prevents
+from scheduler.model.allocations import MAX_RESULTS
+from scheduler.model.claims import ResourceClaim
+
+MULTIPLE_ALLOCATIONS = "devices that allow multiple allocations (DRAConsumableCapacity)"
+
+
+class SearchExceeded(Exception):
+    """The search used its step budget without an answer."""
+
+
+class Outcome(Enum):
+    FOUND = "found"
+    NONE = "none"
+    LIMIT = "limit"
+    """The 32-results limit of a claim was hit: no other device of this request can help."""
+
+
+class Search:
+    """One search over the claims of one attempt on one node."""
+
+    def __init__(
+        self,
+        claims: Sequence[ResourceClaim],
+        requests: tuple[tuple[tuple[RequestData, ...], ...], ...],
+        candidates: tuple[Candidate, ...],
+        selection: Selection,
+        in_use: frozenset[DeviceID],
+        limits: tuple[int, Mapping[DeviceID, int] | None],
+    ) -> None:
+        """`limits`: the step budget and the NVLink domain map (None: upstream's order)."""
+        self._claims = claims
+        self._requests = requests
+        self._candidates = candidates
+        self._selection = selection
+        self._in_use = in_use
+        self._max_steps, self._domains = limits
+        self._constraints = [
+            [Constraint(spec) for spec in claim.spec.constraints] for claim in claims
+        ]
+        self._taking: dict[DeviceID, set[int]] = {}
+        self._counters = CounterLedger(in_use)
+        self.results: list[list[Chosen]] = [[] for _ in claims]
+        self.selected: dict[tuple[int, int], int] = {}
+        """(claim, request) -> index of the firstAvailable entry allocated."""
+        self.steps = 0
+        self.unsupported: set[str] = set()
+
+    def run(self) -> bool:
+        """Whether a solution was found (then `results` and `selected` hold it)."""
+        return self._one(0, 0, 0, 0, in_entry=False, order=(), start=0) is Outcome.FOUND
+
+    def chosen_alternatives(self, claim_index: int) -> tuple[RequestData, ...]:
+        """Per request of the claim, the alternative allocated."""
+        return tuple(
+            alternatives[self.selected.get((claim_index, request_index), 0)]
+            for request_index, alternatives in enumerate(self._requests[claim_index])
+        )
+
+    def _one(
+        self,
+        claim: int,
+        request: int,
+        sub: int,
+        device: int,
+        *,
+        in_entry: bool,
+        order: tuple[Candidate, ...],
+        start: int,
+    ) -> Outcome:
+        """`allocateOne`: find device `device` of entry `sub` of request `request` of claim
+        `claim`, trying `order` from `start` (an empty `order`: the request's first device)."""
+        self._tick()
+        if claim >= len(self._claims):
+            return Outcome.FOUND
+        if request >= len(self._requests[claim]):
+            outcome = self._one(claim + 1, 0, 0, 0, in_entry=False, order=(), start=0)
+            return Outcome.NONE if outcome is Outcome.LIMIT else outcome
+        alternatives = self._requests[claim][request]
+        data = alternatives[sub]
+        if not in_entry and data.subrequest:
+            return self._entries(claim, request, device, len(alternatives))
+        if data.all_mode and not data.all_devices:
+            return Outcome.NONE
+        if device >= data.num_devices:
+            return self._one(claim, request + 1, 0, 0, in_entry=False, order=(), start=0)
+        if data.num_devices - device > MAX_RESULTS - len(self.results[claim]):
+            return Outcome.LIMIT
+        if data.all_mode:
+            return self._all(data, device, in_entry)
+        if device > 0:
+            return self._try(data, device, in_entry, order, start)
+        for phase in self._phases(data):
+            outcome = self._try(data, device, in_entry, phase, 0)
+            if outcome is not Outcome.NONE:
+                return outcome
+        return Outcome.NONE
+
+    def _tick(self) -> None:
+        self.steps += 1
+        if self.steps > self._max_steps:
+            raise SearchExceeded
+
+    def _entries(self, claim: int, request: int, device: int, count: int) -> Outcome:
+        """firstAvailable: each entry in turn; LIMIT only when every entry hit the limit."""
+        all_limit = True
+        for sub in range(count):
+            outcome = self._one(claim, request, sub, device, in_entry=True, order=(), start=0)
+            if outcome is Outcome.LIMIT:
+                continue
+            all_limit = False
+            if outcome is Outcome.FOUND:
+                self.selected[(claim, request)] = sub
+                return outcome
+        return Outcome.LIMIT if all_limit else Outcome.NONE
+
+    def _all(self, data: RequestData, device: int, in_entry: bool) -> Outcome:
+        """allocationMode All: the next precomputed device or no solution."""
+        undo = self._take(data, data.all_devices[device], must=True)
+        if undo is None:
+            return Outcome.NONE
+        outcome = self._one(
+            data.claim_index,
+            data.request_index,
+            data.sub_index,
+            device + 1,
+            in_entry=in_entry,
+            order=(),
+            start=0,
+        )
+        if outcome is not Outcome.FOUND:
+            undo()
+        return outcome
+
+    def _try(
+        self,
+        data: RequestData,
+        device: int,
+        in_entry: bool,
+        order: tuple[Candidate, ...],
+        start: int,
+    ) -> Outcome:
+        """Each candidate of `order` from `start` as device `device` of the request."""
+        for index in range(start, len(order)):
+            self._tick()
+            candidate = order[index]
+            if not self._free_for(data, candidate):
+                continue
+            if not self._selection.selectable(data, candidate):
+                continue
+            undo = self._take(data, candidate, must=False)
+            if undo is None:
+                continue
+            outcome = self._one(
+                data.claim_index,
+                data.request_index,
+                data.sub_index,
+                device + 1,
+                in_entry=in_entry,
+                order=order,
+                start=index + 1,
+            )
+            if outcome is Outcome.FOUND:
+                return outcome
+            undo()
+            if outcome is Outcome.LIMIT:
+                return outcome
+        return Outcome.NONE
+
+    def _phases(self, data: RequestData) -> tuple[tuple[Candidate, ...], ...]:
+        if self._domains is None:
+            return (self._candidates,)
+        claim_domains = frozenset(
+            self._domains.get(entry.candidate.id, UNKNOWN)
+            for entry in self.results[data.claim_index]
+        ) - {UNKNOWN}
+
+        def usable(candidate: Candidate) -> bool:
+            device = candidate.entry.device
+            return (
+                self._free_for(data, candidate)
+                and not device.allow_multiple_allocations
+                and self._selection.selectable(data, candidate)
+                and not taint_prevents(device, data.spec)
+            )
+
+        return domain_phases(
+            self._candidates, usable, data.num_devices, self._domains, claim_domains
+        )
+
+    def _free_for(self, data: RequestData, candidate: Candidate) -> bool:
+        """The in-use test: admin access only avoids its own claim's devices."""
+        taking = self._taking.get(candidate.id)
+        if data.spec.admin_access:
+            return not taking or data.claim_index not in taking
+        return candidate.id not in self._in_use and not taking
+
+    def _take(
+        self, data: RequestData, candidate: Candidate, *, must: bool
+    ) -> Callable[[], None] | None:
+        """`allocateDevice`: take the candidate for the request, returning how to give it back;
+        None when it cannot be taken."""
+        device = candidate.entry.device
+        if not self._free_for(data, candidate):
+            return None
+        if device.allow_multiple_allocations:
+            self.unsupported.add(MULTIPLE_ALLOCATIONS)
+            return None
+        counted = bool(device.consumes_counters)
+        if counted and not self._counters.reserve(candidate):
+            return None
+        if taint_prevents(device, data.spec):
+            if counted:
+                self._counters.release(candidate)
+            return None
+        constraints = self._constraints[data.claim_index]
+        for added, constraint in enumerate(constraints):
+            if constraint.add(data.request, data.subrequest, candidate.id[0], device):
+                continue
+            for earlier in reversed(constraints[:added]):
+                earlier.remove(data.request, data.subrequest)
+            if counted:
+                self._counters.release(candidate)
+            if must:
+                raise AllocationError(
+                    f"claim {claim_label(self._claims[data.claim_index])}, request "
+                    f"{data.subrequest or data.request}: cannot add device {candidate.name} "
+                    "because a claim constraint would not be satisfied"
+                )
+            return None
+        self._taking.setdefault(candidate.id, set()).add(data.claim_index)
+        results = self.results[data.claim_index]
+        results.append(Chosen(data, candidate))
+
+        def undo() -> None:
+            results.pop()
+            self._taking[candidate.id].discard(data.claim_index)
+            for constraint in reversed(constraints):
+                constraint.remove(data.request, data.subrequest)
+            if counted:
+                self._counters.release(candidate)
+
+        return undo
