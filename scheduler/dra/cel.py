@@ -99,7 +99,7 @@ _NO_SUCH_KEY_HINT = (
 _LITERAL = r"""(?:'(?P<single>[^'\\\n]*)'|"(?P<double>[^"\\\n]*)")"""
 _DOMAIN_INDEX_RE = re.compile(
     rf"device\s*\.\s*(?:attributes|capacity)\s*(?:\[\s*\??\s*{_LITERAL}\s*\]"
-    r"|\.\s*\??\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*))"
+    r"|\.\s*\??\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_]|\s*\())"
 )
 
 K = TypeVar("K", bound=Hashable)

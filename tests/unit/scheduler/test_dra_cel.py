@@ -181,6 +181,13 @@ def test_literal_domains() -> None:
         "&& device.attributes.c && 'd.io' in device.attributes"
     )
     assert literal_domains(expression) == ("a.io", "b.io", "c")
+    # a macro or method on the outer map is no domain
+    assert literal_domains("device.attributes.all(d, d != '') && device.capacity.size() > 0") == ()
+
+
+def test_iterating_the_outer_map_sees_only_the_devices_domains() -> None:
+    expression = "device.attributes.all(d, d == 'gpu.nvidia.com') && device.attributes.size() == 1"
+    assert verdict(CelSelectors(), expression, gpu()) == "true"
 
 
 @pytest.mark.parametrize(
