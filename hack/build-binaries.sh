@@ -23,6 +23,12 @@
 #   $GPU_SCHEDULER_CACHE/bin/kueue-<v>/crds/*.yaml
 #   $GPU_SCHEDULER_CACHE/bin/kueue-<v>/webhooks.yaml
 #
+# With --celcheck it builds hack/celcheck, the DRA CEL reference (k8s.io/dynamic-resource-allocation
+# cel at the staging version matching KUBERNETES_VERSION) that tests/integration/test_dra_cel_exact.py
+# compares scheduler/dra/cel.py against, cached under a hash of its source and that version:
+#
+#   $GPU_SCHEDULER_CACHE/bin/celcheck-<hash>/celcheck
+#
 # GPU_SCHEDULER_CACHE defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler. A component is
 # rebuilt only when one of its binaries is missing; a build lands in a temporary folder first and is
 # moved into place whole, so an interrupted build never leaves a half-filled version folder.
@@ -36,16 +42,18 @@
 # everything go prints goes to $GPU_SCHEDULER_CACHE/build/build.log instead, and its last lines are
 # printed only when a step fails. Prints the cache folder of each component on the last lines of
 # stdout: KUBERNETES_BIN=..., ETCD_BIN=..., KWOK_BIN=... (and KUBERNETES_NODE_BIN=...,
-# NODE_IMAGES_BIN=... with --node, KUEUE_BIN=... with --kueue)
+# NODE_IMAGES_BIN=... with --node, KUEUE_BIN=... with --kueue, CELCHECK_BIN=... with --celcheck)
 set -euo pipefail
 
 real_node="${GPU_SCHEDULER_REAL_NODE:-0}"
 kueue="${GPU_SCHEDULER_KUEUE:-0}"
+celcheck=0
 for arg in "$@"; do
   case "$arg" in
     --node) real_node=1 ;;
     --kueue) kueue=1 ;;
-    *) printf 'usage: %s [--node] [--kueue]\n' "$0" >&2; exit 2 ;;
+    --celcheck) celcheck=1 ;;
+    *) printf 'usage: %s [--node] [--kueue] [--celcheck]\n' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -243,6 +251,31 @@ build_kueue() {
   done_in "$started" "$out"
 }
 
+# hack/celcheck/main.go in a wrapper module that requires k8s.io/dynamic-resource-allocation at the
+# staging version of KUBERNETES_VERSION (published staging modules need no replaces); cached under a
+# hash of that version and the program's source.
+build_celcheck() {
+  local staging_version="v0.${KUBERNETES_VERSION#v1.}"
+  local hash
+  hash="$( { echo "$staging_version"; cat "$here/celcheck/main.go"; } | sha256sum | cut -c1-12)"
+  local out="$cache/bin/celcheck-$hash"
+  CELCHECK_OUT="$out"
+  if have_all "$out" celcheck; then log "celcheck $hash: cached in $out"; return; fi
+  local started=$SECONDS
+  local work="$cache/build/celcheck-$hash"
+  rm -rf "$work" && mkdir -p "$work"
+  cp "$here/celcheck/main.go" "$work/"
+  printf 'module gpu-scheduler.local/celcheck-build\n\ngo 1.24.0\n\nrequire k8s.io/dynamic-resource-allocation %s\n' \
+    "$staging_version" >"$work/go.mod"
+  begin "celcheck $hash"
+  (cd "$work" && quiet "celcheck: resolving modules" go mod tidy)
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  (cd "$work" && quiet "celcheck: compiling" go build -trimpath -ldflags "-s -w" -o "$tmp/celcheck" .)
+  rm -rf "$out" && mv "$tmp" "$out"
+  done_in "$started" "$out"
+}
+
 command -v go >/dev/null || { log "go is not installed; install Go >= 1.26 first"; exit 1; }
 total=$SECONDS
 if ! have_all "$cache/bin/kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubectl \
@@ -259,6 +292,9 @@ fi
 if [[ "$kueue" == 1 ]]; then
   build_kueue
 fi
+if [[ "$celcheck" == 1 ]]; then
+  build_celcheck
+fi
 log "all binaries ready in $((SECONDS - total)) s"
 echo "KUBERNETES_BIN=$cache/bin/kubernetes-$KUBERNETES_VERSION"
 echo "ETCD_BIN=$cache/bin/etcd-$ETCD_VERSION"
@@ -269,4 +305,7 @@ if [[ "$real_node" == 1 ]]; then
 fi
 if [[ "$kueue" == 1 ]]; then
   echo "KUEUE_BIN=$cache/bin/kueue-$KUEUE_VERSION"
+fi
+if [[ "$celcheck" == 1 ]]; then
+  echo "CELCHECK_BIN=$CELCHECK_OUT"
 fi

@@ -111,3 +111,19 @@ def test_kueue_built_only_when_asked_with_its_crds_and_webhooks(tmp_path: Path) 
     assert result.stdout.splitlines()[-1] == f"KUEUE_BIN={folder}"
     again = build(tmp_path, "--kueue")
     assert again.returncode == 0 and "kueue v0" in again.stderr and ": cached in " in again.stderr
+
+
+def test_celcheck_built_only_when_asked_and_cached_by_its_source(tmp_path: Path) -> None:
+    first = build(tmp_path)
+    assert "] celcheck " not in first.stderr and "CELCHECK_BIN" not in first.stdout
+    result = build(tmp_path, "--celcheck")
+    assert result.returncode == 0, result.stderr
+    built = [line for line in result.stderr.splitlines() if " built in " in line]
+    assert [line.split("] ")[1].split()[0] for line in built] == ["celcheck"], result.stderr
+    (folder,) = (tmp_path / "cache" / "bin").glob("celcheck-*")
+    assert (folder / "celcheck").is_file()
+    assert result.stdout.splitlines()[-1] == f"CELCHECK_BIN={folder}"
+    work = tmp_path / "cache" / "build" / folder.name
+    assert "require k8s.io/dynamic-resource-allocation v0.37.2" in (work / "go.mod").read_text()
+    again = build(tmp_path, "--celcheck")
+    assert again.returncode == 0 and again.stderr.count(": cached in ") == 4
