@@ -28,10 +28,12 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from hack.localcluster import (
+    DRA_NODE_TYPES,
     SEED_NODE_TYPES,
     ClusterConfig,
     LocalCluster,
     create_nodes,
+    temporary_nodes,
     wait_nodes_ready,
 )
 from hack.localcluster.kueue import Kueue
@@ -167,6 +169,15 @@ async def seed_nodes(core_api: client.CoreV1Api) -> list[str]:
     names = await create_nodes(core_api, SEED_NODE_TYPES)
     await wait_nodes_ready(core_api, names)
     return names
+
+
+@pytest.fixture
+async def dra_nodes(core_api: client.CoreV1Api) -> AsyncIterator[list[str]]:
+    """One Ready node of each DRA type (D8: 8 H200 GPUs, D4: 4 H100 GPUs; `DRA_NODE_TYPES`) with
+    its ResourceSlice, and the `gpu.nvidia.com` DeviceClass, for one test; deleted afterwards,
+    slices and class included (`hack.localcluster.temporary_nodes`). Yields the node names."""
+    async with temporary_nodes(core_api, DRA_NODE_TYPES) as names:
+        yield names
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@ the unit tests (plain data) and the integration tests (created on the API server
 
 The devices are modelled on NVIDIA's GPU DRA driver (driver `gpu.nvidia.com`, full GPUs
 `gpu-<minor>`, the attributes and capacity of `GpuInfo.Attributes` and `fullGpuCapacity` in
-kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin), with values of an 8-GPU H200
-node: product "NVIDIA H200", architecture Hopper, 143771 MiB of memory, driver 580.159.04
+kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin), built by the local cluster's
+`hack.localcluster.dra` (which the fake DRA nodes publish too) from the recorded H200 and H100
+values: product "NVIDIA H200", architecture Hopper, 143771 MiB of memory, driver 580.159.04
 (published normalized, as the driver's semver parsing does: 580.159.4), compute capability 9.0.
-UUIDs and PCI addresses are made up; every two GPUs share a PCIe root.
+Here UUIDs and PCI addresses are made up per index (every two GPUs share a PCIe root, no NUMA
+node); `hack.localcluster.dra.node_resource_slice` is the whole slice of a fake node.
 """
 
 from __future__ import annotations
@@ -17,23 +19,17 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hack.localcluster.dra import API_VERSION as API_VERSION
+from hack.localcluster.dra import BOARD_BUSES, H100_GPU, H200_GPU, gpu_attributes, gpu_capacity
+from hack.localcluster.dra import DRIVER as DRIVER
+from hack.localcluster.dra import GPU_CLASS_SELECTOR as GPU_CLASS_SELECTOR
+from hack.localcluster.dra import GpuModel as GpuModel
+
 Json = dict[str, Any]
 
-API_VERSION = "resource.k8s.io/v1"
-DRIVER = "gpu.nvidia.com"
-GPU_CLASS_SELECTOR = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
-"""The selector of the driver's `gpu.nvidia.com` DeviceClass (its Helm chart)."""
-
-H200 = {
-    "productName": "NVIDIA H200",
-    "architecture": "Hopper",
-    "memory": "143771Mi",
-    "cudaComputeCapability": "9.0.0",
-    "driverVersion": "580.159.4",
-    "cudaDriverVersion": "13.0.0",
-}
-H100 = {**H200, "productName": "NVIDIA H100 80GB HBM3", "memory": "81559Mi"}
-PCI_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+H200 = H200_GPU
+H100 = H100_GPU
+PCI_BUSES = BOARD_BUSES
 """Bus numbers of the eight GPUs (made up, in the style of an HGX board)."""
 
 
@@ -46,7 +42,7 @@ def gpu_uuid(index: int, node: str = "node-a") -> str:
 def gpu_device(
     index: int,
     *,
-    gpu: Mapping[str, str] = H200,
+    gpu: GpuModel = H200,
     node: str = "node-a",
     taints: Sequence[Json] = (),
     attributes: Mapping[str, Json] | None = None,
@@ -59,19 +55,12 @@ def gpu_device(
     device: Json = {
         "name": f"gpu-{index}",
         "attributes": {
-            "type": {"string": "gpu"},
-            "uuid": {"string": gpu_uuid(index, node)},
-            "productName": {"string": gpu["productName"]},
-            "brand": {"string": "Nvidia"},
-            "architecture": {"string": gpu["architecture"]},
-            "cudaComputeCapability": {"version": gpu["cudaComputeCapability"]},
-            "driverVersion": {"version": gpu["driverVersion"]},
-            "cudaDriverVersion": {"version": gpu["cudaDriverVersion"]},
+            **gpu_attributes(gpu, gpu_uuid(index, node), None),
             "resource.kubernetes.io/pciBusID": {"string": f"0000:{bus}:00.0"},
             "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{index // 2:02x}"},
             **(attributes or {}),
         },
-        "capacity": {"memory": {"value": gpu["memory"]}, **(capacity or {})},
+        "capacity": {**gpu_capacity(gpu), **(capacity or {})},
         **fields,
     }
     if taints:
@@ -324,6 +313,36 @@ def pod_with_claims(
             "resourceClaims": list(claims),
         },
         "status": {"phase": "Pending", "resourceClaimStatuses": list(statuses)},
+    }
+
+
+def claim_pod(
+    name: str,
+    claims: Mapping[str, str],
+    *,
+    scheduler_name: str = "gpu-scheduler",
+    templates: bool = True,
+) -> Json:
+    """A pod to create on the API server whose one container uses every claim of `claims`
+    (pod claim name -> ResourceClaimTemplate name, or with `templates` False ResourceClaim
+    name), scheduled by `scheduler_name`."""
+    source = "resourceClaimTemplateName" if templates else "resourceClaimName"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": claim, source: target} for claim, target in claims.items()],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.invalid/cuda-job:1",
+                    "resources": {"claims": [{"name": claim} for claim in claims]},
+                }
+            ],
+        },
     }
 
 

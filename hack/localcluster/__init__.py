@@ -2,24 +2,36 @@
 
 `LocalCluster` starts etcd, kube-apiserver (RBAC on), kube-controller-manager, kwok, kube-scheduler,
 a fake dcgm-exporter and Prometheus, all on loopback, from binaries that `hack/build-binaries.sh`
-builds from their Go modules. `create_nodes` adds fake GPU nodes described by `NodeSpec`.
+builds from their Go modules. `create_nodes` adds fake GPU nodes described by `NodeSpec`: their GPUs
+published as `nvidia.com/gpu` capacity (a device plugin's), or, for `gpu_api="dra"` (`D8`, `D4`),
+as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass; `delete_nodes`
+removes nodes with their slices, and `temporary_nodes` holds nodes for one block.
 `kueue.Kueue` runs Kueue against a started cluster, for the tests that ask for it.
 """
 
 from hack.localcluster.cluster import ClusterConfig, LocalCluster
 from hack.localcluster.nodes import (
+    D4,
+    D8,
+    DRA_NODE_TYPES,
     G1,
     G2,
     G2_EXPANSION,
     SEED_NODE_TYPES,
     NodeSpec,
     create_nodes,
+    delete_gpu_device_class,
+    delete_nodes,
     node_manifest,
+    temporary_nodes,
     wait_nodes_ready,
 )
 from hack.localcluster.processes import ComponentError
 
 __all__ = [
+    "D4",
+    "D8",
+    "DRA_NODE_TYPES",
     "G1",
     "G2",
     "G2_EXPANSION",
@@ -29,6 +41,9 @@ __all__ = [
     "LocalCluster",
     "NodeSpec",
     "create_nodes",
+    "delete_gpu_device_class",
+    "delete_nodes",
     "node_manifest",
+    "temporary_nodes",
     "wait_nodes_ready",
 ]

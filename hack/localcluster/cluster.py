@@ -58,9 +58,15 @@ DEFAULT_TRACE = REPO_ROOT / "tests" / "data" / "h200" / "gpu-util-trace.csv"
 # kube-controller-manager controllers: namespaces and service accounts (pods need their
 # `default` ServiceAccount), garbage collection, PDB status (disruption), node lifecycle (it removes
 # the not-ready taint that TaintNodesByCondition puts on every new node once kwok reports it
-# Ready), the PV controller (binds claims to the volumes VolumeBinding pre-binds), and the
-# workload controllers users' manifests rely on. Taint-based eviction stays off:
-# a heartbeat that lags under benchmark load must not evict pods behind the test's back.
+# Ready), the PV controller (binds claims to the volumes VolumeBinding pre-binds), the
+# ResourceClaim controller (Dynamic Resource Allocation: it creates a pod's claims from its
+# ResourceClaimTemplates, writes pod.status.resourceClaimStatuses, removes finished pods from
+# reservedFor, deallocates and deletes generated claims; k8s.io/kubernetes@v1.37.2
+# pkg/controller/resourceclaim/controller.go), and the workload controllers users' manifests rely
+# on. Every controller uses the admin kubeconfig (--use-service-account-credentials=false), so
+# RBAC lets each do its work. Taint-based eviction stays off: a heartbeat that lags under
+# benchmark load must not evict pods behind the test's back; so does the device taint eviction
+# controller (pods on devices tainted NoExecute).
 CONTROLLERS = (
     "serviceaccount-token-controller",
     "serviceaccount-controller",
@@ -73,6 +79,7 @@ CONTROLLERS = (
     "deployment-controller",
     "job-controller",
     "persistentvolume-binder-controller",
+    "resourceclaim-controller",
 )
 REAL_NODE_CONTROLLERS = ("endpointslice-controller",)
 """Also run with a real node: its pods serve Services (the webhooks' Service), whose endpoints

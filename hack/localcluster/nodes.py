@@ -11,18 +11,32 @@ A node created from a spec carries everything gpu-scheduler and the fake dcgm-ex
 - the annotation `kwok.x-k8s.io/node: fake`, which hands the node to the kwok controller: it marks
   the node Ready, keeps its lease, and runs the pods bound to it.
 
+A spec's `gpu_api` says how its GPUs are published. `"device-plugin"` (the default): as the
+`nvidia.com/gpu` capacity above. `"dra"`: through Dynamic Resource Allocation, as NVIDIA's DRA
+driver does (`hack.localcluster.dra`): no `nvidia.com/gpu` capacity; `create_nodes` publishes one
+ResourceSlice per node, owned by the node (so the garbage collector removes it with the node), and
+applies the `gpu.nvidia.com` DeviceClass; the node also carries its NVLink domains by GPU UUID
+(`gpu-scheduler.io/nvlink-domain-ids`). `delete_nodes` removes nodes and their slices;
+`delete_gpu_device_class` the class once no slice of its driver is left; `temporary_nodes` holds
+nodes (of either kind) for one `async with` block.
+
 The three node types of the design (`SEED_NODE_TYPES`): G1 has 2 GPUs in one NVLink domain, G2 has
-4 GPUs in two domains of 2, G2-Expansion has 8 GPUs in two domains of 4.
+4 GPUs in two domains of 2, G2-Expansion has 8 GPUs in two domains of 4. The DRA node types
+(`DRA_NODE_TYPES`, not among the seed types): D8 has 8 H200 GPUs in two domains of 4, D4 has 4
+H100 GPUs in two domains of 2.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from kubernetes_asyncio import client
+
+from hack.localcluster import dra
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NVLINK_ANNOTATION = "gpu-scheduler.io/nvlink-domains"
@@ -32,6 +46,15 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+DEVICE_PLUGIN = "device-plugin"
+DRA = "dra"
+GPU_APIS = (DEVICE_PLUGIN, DRA)
+"""The values of `NodeSpec.gpu_api`."""
+FIELD_MANAGER = "gpu-scheduler-localcluster"
+"""Server-side apply's field manager for the DRA objects the harness publishes."""
+_APPLY: dict[str, Any] = {"_content_type": "application/apply-patch+yaml"}
+"""The generated client sends a server-side apply with this content type; its type stubs do not
+list `_content_type`."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +74,39 @@ class NodeSpec:
     taints: Sequence[Mapping[str, str]] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    gpu_api: str = DEVICE_PLUGIN
+    """`"device-plugin"` or `"dra"` (see the module docstring)."""
+
+    def __post_init__(self) -> None:
+        if self.gpu_api not in GPU_APIS:
+            raise ValueError(
+                f"node spec {self.type_name}: gpu_api must be one of {list(GPU_APIS)}, "
+                f"got {self.gpu_api!r}"
+            )
+        if self.gpu_api == DRA:
+            self.gpu_model()  # a known product, or ValueError
+            if self.mig:
+                raise ValueError(f"node spec {self.type_name}: MIG is not modelled on DRA nodes")
+            if not 0 < self.gpus <= dra.MAX_GPUS:
+                raise ValueError(
+                    f"node spec {self.type_name}: a DRA node has 1..{dra.MAX_GPUS} GPUs, "
+                    f"not {self.gpus}"
+                )
+
+    @property
+    def is_dra(self) -> bool:
+        return self.gpu_api == DRA
+
+    def gpu_model(self) -> dra.GpuModel:
+        """The published model of a DRA node's GPUs, by `gpu_product`; ValueError naming the
+        known products for another."""
+        try:
+            return dra.GPU_MODELS[self.gpu_product]
+        except KeyError:
+            raise ValueError(
+                f"node spec {self.type_name}: no DRA GPU model for product {self.gpu_product!r} "
+                f"(known: {sorted(dra.GPU_MODELS)})"
+            ) from None
 
     def with_count(self, count: int) -> NodeSpec:
         return replace(self, count=count)
@@ -88,6 +144,28 @@ G2_EXPANSION = NodeSpec(
     memory="1Ti",
 )
 SEED_NODE_TYPES: tuple[NodeSpec, ...] = (G1, G2, G2_EXPANSION)
+D8 = NodeSpec(
+    "D8",
+    1,
+    gpus=8,
+    nvlink_domains="0-3,4-7",
+    gpu_product="NVIDIA-H200",
+    cpu="128",
+    memory="1Ti",
+    gpu_api=DRA,
+)
+D4 = NodeSpec(
+    "D4",
+    1,
+    gpus=4,
+    nvlink_domains="0-1,2-3",
+    gpu_product="NVIDIA-H100-80GB-HBM3",
+    cpu="64",
+    memory="512Gi",
+    gpu_api=DRA,
+)
+DRA_NODE_TYPES: tuple[NodeSpec, ...] = (D8, D4)
+"""Nodes whose GPUs are published through DRA; not in `SEED_NODE_TYPES`."""
 
 
 def spec_from_mapping(raw: Mapping[str, Any]) -> NodeSpec:
@@ -120,13 +198,18 @@ def node_manifest(spec: NodeSpec, name: str) -> dict[str, Any]:
         "memory": spec.memory,
         "pods": str(spec.pods),
         "ephemeral-storage": spec.ephemeral_storage,
-        GPU_RESOURCE: str(spec.gpus),
     }
+    if not spec.is_dra:
+        resources[GPU_RESOURCE] = str(spec.gpus)
     for profile, count in sorted(spec.mig.items()):
         resources[f"{MIG_RESOURCE_PREFIX}{profile}"] = str(count)
     annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
     if spec.nvlink_domains is not None:
         annotations[NVLINK_ANNOTATION] = spec.nvlink_domains
+        if spec.is_dra:
+            annotations[dra.NVLINK_DOMAIN_IDS_ANNOTATION] = dra.nvlink_domain_ids(
+                name, spec.nvlink_domains, spec.gpus
+            )
     annotations.update(spec.annotations)
     labels = {
         "kubernetes.io/hostname": name,
@@ -158,20 +241,111 @@ def node_manifest(spec: NodeSpec, name: str) -> dict[str, Any]:
 async def create_nodes(
     api: client.CoreV1Api, specs: Iterable[NodeSpec], concurrency: int = 32
 ) -> list[str]:
-    """Create every node of `specs` (an existing node of the same name is left as it is)."""
-    manifests = [node_manifest(spec, name) for spec in specs for name in spec.node_names()]
-    gate = asyncio.Semaphore(concurrency)
+    """Create every node of `specs` (an existing node of the same name is left as it is).
 
-    async def create(manifest: dict[str, Any]) -> None:
+    For DRA specs also apply the `gpu.nvidia.com` DeviceClass (once) and each node's
+    ResourceSlice, owned by the node; both by server-side apply, so calling this again for
+    existing nodes publishes their slices as the spec says. Returns the node names in spec
+    order."""
+    nodes = [(spec, name) for spec in specs for name in spec.node_names()]
+    gate = asyncio.Semaphore(concurrency)
+    resource = resource_api(api)
+    if any(spec.is_dra for spec, _ in nodes):
+        await apply_gpu_device_class(resource)
+
+    async def create(spec: NodeSpec, name: str) -> None:
         async with gate:
+            uid = ""
             try:
-                await api.create_node(cast(Any, manifest))  # the client takes JSON-shaped dicts
+                # the client takes JSON-shaped dicts
+                created = await api.create_node(cast(Any, node_manifest(spec, name)))
+                uid = created.metadata.uid
             except client.ApiException as error:
                 if error.status != 409:
                     raise
+            if spec.is_dra:
+                if not uid:
+                    uid = (await api.read_node(name)).metadata.uid
+                await publish_node_slice(resource, spec, name, uid)
 
-    await asyncio.gather(*(create(manifest) for manifest in manifests))
-    return [manifest["metadata"]["name"] for manifest in manifests]
+    await asyncio.gather(*(create(spec, name) for spec, name in nodes))
+    return [name for _, name in nodes]
+
+
+def resource_api(api: client.CoreV1Api) -> client.ResourceV1Api:
+    """A resource.k8s.io/v1 client on `api`'s connection (the stubs do not list `api_client`)."""
+    return client.ResourceV1Api(cast(Any, api).api_client)
+
+
+async def apply_gpu_device_class(resource: client.ResourceV1Api) -> None:
+    """Server-side apply the driver's `gpu.nvidia.com` DeviceClass (idempotent)."""
+    await resource.patch_device_class(
+        dra.GPU_CLASS,
+        dra.gpu_device_class(),
+        field_manager=FIELD_MANAGER,
+        force=True,
+        **_APPLY,
+    )
+
+
+async def publish_node_slice(
+    resource: client.ResourceV1Api, spec: NodeSpec, name: str, uid: str
+) -> None:
+    """Server-side apply the ResourceSlice of DRA node `name` (UID `uid`) of `spec`."""
+    body = dra.node_resource_slice(name, uid, spec.gpu_model(), spec.gpus)
+    await resource.patch_resource_slice(
+        dra.slice_name(name), body, field_manager=FIELD_MANAGER, force=True, **_APPLY
+    )
+
+
+async def delete_nodes(api: client.CoreV1Api, names: Iterable[str]) -> None:
+    """Delete the named nodes and every ResourceSlice published for them (`spec.nodeName`),
+    without waiting for the garbage collector; names already gone are fine."""
+    resource = resource_api(api)
+
+    async def delete(name: str) -> None:
+        await resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
+        try:
+            await api.delete_node(name)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+
+    await asyncio.gather(*(delete(name) for name in names))
+
+
+async def delete_gpu_device_class(api: client.CoreV1Api) -> bool:
+    """Delete the `gpu.nvidia.com` DeviceClass unless a slice of its driver is still published
+    (another DRA node uses it). Returns whether the class is gone (deleted now or before)."""
+    resource = resource_api(api)
+    left = await resource.list_resource_slice(field_selector=f"spec.driver={dra.DRIVER}", limit=1)
+    if left.items:
+        return False
+    try:
+        await resource.delete_device_class(dra.GPU_CLASS)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+    return True
+
+
+@asynccontextmanager
+async def temporary_nodes(
+    api: client.CoreV1Api, specs: Sequence[NodeSpec], timeout: float = 120.0
+) -> AsyncIterator[list[str]]:
+    """The nodes of `specs`, created (`create_nodes`) and Ready for the block, then deleted with
+    their slices (`delete_nodes`), and the DeviceClass too when no DRA node is left
+    (`delete_gpu_device_class`), also when the block raises. Yields the node names."""
+    names: list[str] = []
+    try:
+        names = await create_nodes(api, specs)
+        await wait_nodes_ready(api, names, timeout)
+        yield names
+    finally:
+        names = names or [name for spec in specs for name in spec.node_names()]
+        await delete_nodes(api, names)
+        if any(spec.is_dra for spec in specs):
+            await delete_gpu_device_class(api)
 
 
 def node_is_ready(node: Any) -> bool:
