@@ -67,6 +67,7 @@ from scheduler.core.profile import default_framework
 from scheduler.core.queue import SchedulingQueue
 from scheduler.gangs.kueue import InvalidGroupReporter
 from scheduler.gangs.tracker import GangTracker
+from scheduler.kube.claims import list_device_taint_rules
 from scheduler.kube.client import fence_of
 from scheduler.kube.coscheduling import list_coscheduling_groups
 from scheduler.kube.events import EventRecorder
@@ -83,6 +84,12 @@ from scheduler.postfilter.reclaim_policies import PolicyStore
 from scheduler.postfilter.usage import UsageSource
 from scheduler.state.cache import ClusterCache
 from scheduler.state.context import SchedulerContext
+from scheduler.state.dra_handlers import (
+    DeviceClassHandler,
+    DeviceTaintRuleHandler,
+    ResourceClaimHandler,
+    ResourceSliceHandler,
+)
 from scheduler.state.readings import domain_gpus
 
 log = structlog.get_logger("gpu-scheduler.daemon")
@@ -222,6 +229,7 @@ class Daemon:
                 client.StorageV1Api(api_client).list_storage_class,
                 ClassHandler(self.cache.volumes, self.queue),
             ),
+            *self._dra_informers(api_client),
         ]
         self.admission = AdmissionWebhooks(settings, api_client)
         self.conflicts = ConflictMonitor(self.cache, self.recorder, self.elector, self.synced)
@@ -230,6 +238,33 @@ class Daemon:
         self._register_collectors()
         self._stopping = asyncio.Event()
         self.http_port: int | None = None
+
+    def _dra_informers(self, api_client: client.ApiClient) -> list[Informer]:
+        """DeviceClasses, ResourceSlices, ResourceClaims and DeviceTaintRules into the cache's
+        `DraStore` (resource.k8s.io/v1; a cluster that does not serve a kind is watched for it
+        to appear, `Informer.absent`)."""
+        resource = client.ResourceV1Api(api_client)
+        store = self.cache.dra
+        return [
+            Informer(
+                "deviceclasses", resource.list_device_class, DeviceClassHandler(store, self.queue)
+            ),
+            Informer(
+                "resourceslices",
+                resource.list_resource_slice,
+                ResourceSliceHandler(store, self.queue),
+            ),
+            Informer(
+                "resourceclaims",
+                resource.list_resource_claim_for_all_namespaces,
+                ResourceClaimHandler(store, self.queue),
+            ),
+            Informer(
+                "devicetaintrules",
+                list_device_taint_rules(api_client),
+                DeviceTaintRuleHandler(store, self.queue),
+            ),
+        ]
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The binding cycle of an assumed pod, and what the pod is told of its outcome.
 
     binding task: [leader?] -> [node still there?] -> [PreBind: the PV claimRefs and claim
-                  annotations VolumeBinding chose, `scheduler.plugins.volume_binding`]
+                  annotations VolumeBinding chose, `scheduler.plugins.volume_binding`; the
+                  ResourceClaims' finalizer, allocation and reservation DynamicResources chose,
+                  `scheduler.core.claim_binding`, undone on any later failure]
                   -> POST binding (GPU annotations ride along) -> Scheduled event
                   failure of any kind (an API error, a lost connection, a bug, a write that
                   never left the process): forget the assumption, back the pod off (unless it
@@ -40,10 +42,12 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
+from scheduler.core.claim_binding import ClaimWrites
 from scheduler.core.placement import Placement
 from scheduler.core.queue import QueuedPod, SchedulingQueue
 from scheduler.kube.apierrors import APIError, APINotSentError, APITransportError
 from scheduler.kube.binding import (
+    SCHEDULER_ERROR_REASON,
     SCHEDULING_GATED_MESSAGE,
     SCHEDULING_GATED_REASON,
     UNSCHEDULABLE_REASON,
@@ -55,6 +59,7 @@ from scheduler.kube.binding import (
 from scheduler.kube.events import NORMAL, WARNING, ObjectRef
 from scheduler.kube.tasks import TaskSet
 from scheduler.model.objects import PodInfo
+from scheduler.plugins.dynamic_resources import ClaimPlan
 from scheduler.plugins.volume_binding import VolumePlan, prebind_volumes
 from scheduler.state.context import SchedulerContext
 
@@ -87,6 +92,7 @@ class BindingCycle:
         self.cache = context.cache
         self.queue = queue
         self.core = client.CoreV1Api(context.api_client)
+        self.resource = client.ResourceV1Api(context.api_client)
         self.recorder = context.recorder
         self.metrics = context.metrics
         self.clock = context.clock
@@ -120,6 +126,18 @@ class BindingCycle:
         ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
         self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", message)
         self._mark_condition(pod, message, UNSCHEDULABLE_REASON)
+
+    def _attempt_failed(self, queued: QueuedPod[PodInfo], message: str) -> None:
+        """The attempt ended in an error, not a verdict (a CEL selector failed): the pod backs
+        off; FailedScheduling and PodScheduled=False, reason SchedulerError, as kube-scheduler
+        reports a plugin's error."""
+        pod = queued.obj
+        self.metrics.error()
+        log.warning("scheduling_attempt_failed", pod=pod.key, error=message)
+        self.queue.requeue_backoff(queued)
+        ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
+        self.recorder.emit(ref, WARNING, "FailedScheduling", "Scheduling", message)
+        self._mark_condition(pod, message, SCHEDULER_ERROR_REASON)
 
     def pod_gated(self, pod: PodInfo) -> None:
         """PreEnqueue rejected `pod` (scheduling gates left): patch PodScheduled=False, reason
@@ -222,14 +240,24 @@ class BindingCycle:
         pod: PodInfo,
         placement: Placement,
         volumes: VolumePlan | None = None,
+        claims: ClaimPlan | None = None,
     ) -> Exception | None:
         """The binding cycle. Any failure, of any type, forgets the assumed pod and ends the
         queue entry's flight (requeued with backoff unless the pod is gone or bound by someone
         else); cancellation, at any await, leaves that to `_settle_abandoned`. A Binding whose
         outcome is unknown keeps the pod assumed until it is read back (`_confirm`).
         `volumes`: VolumeBinding's PreBind writes, made first; one failing fails the binding
-        (the Binding is not sent). Returns the error of a Binding refused for good (not gone,
+        (the Binding is not sent). `claims`: DynamicResources' PreBind writes, made next
+        (`scheduler.core.claim_binding`); any failure after one was attempted undoes them
+        before the pod is forgotten, so its devices are not offered to another pod while the
+        claim still holds them. Returns the error of a Binding refused for good (not gone,
         not bound already), else None."""
+        writes = (
+            ClaimWrites(self.resource, claims, self.bind_timeout)
+            if claims is not None and not claims.empty
+            else None
+        )
+        binding_sent = False
         try:
             async with self._bind_slots:
                 if self.bind_limiter is not None:
@@ -245,6 +273,9 @@ class BindingCycle:
                     return None
                 if volumes is not None:
                     await prebind_volumes(self.core, volumes, self.bind_timeout)
+                if writes is not None:
+                    await writes.write()
+                binding_sent = True
                 await self.metrics.timed_bind(bind_pod)(
                     self.core,
                     pod.namespace,
@@ -259,12 +290,14 @@ class BindingCycle:
         else:
             self._bound(queued, pod, placement)
             return None
-        if outcome_unknown(failure):
+        if binding_sent and outcome_unknown(failure):
             log.warning(
                 "bind_outcome_unknown", pod=pod.key, node=placement.node, error=str(failure)
             )
             self._unconfirmed[pod.key] = (placement, failure)
-            return await self._confirm(queued, pod, placement, failure)
+            return await self._confirm(queued, pod, placement, failure, writes)
+        if writes is not None:
+            await writes.undo()
         self.cache.forget(pod.key)
         refused = self._bind_failed(queued, pod, placement, failure)
         if volumes is not None:  # the PVs it had taken are free again for others
@@ -272,13 +305,18 @@ class BindingCycle:
         return refused
 
     async def _confirm(
-        self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement, error: Exception
+        self,
+        queued: QueuedPod[PodInfo],
+        pod: PodInfo,
+        placement: Placement,
+        error: Exception,
+        writes: ClaimWrites | None = None,
     ) -> Exception | None:
         """Read back a pod whose Binding's answer was lost (`error`), and settle it: bound to
         `placement.node` -> bound (its GPUs were rightly held); unbound -> a failed bind
-        (forgotten, backed off, reported); bound elsewhere or gone -> forgotten (the informer
-        counts it where it is). A failed read keeps the pod assumed and its queue entry backed
-        off, to be read again when it pops."""
+        (its claim writes undone, forgotten, backed off, reported); bound elsewhere or gone ->
+        forgotten (the informer counts it where it is). A failed read keeps the pod assumed and
+        its queue entry backed off, to be read again when it pops."""
         try:
             found = await read_binding(self.core, pod.namespace, pod.name, self.bind_timeout)
         except Exception as read_error:
@@ -292,6 +330,8 @@ class BindingCycle:
             log.info("bind_readback", pod=pod.key, node=placement.node, landed=True)
             self._bound(queued, pod, placement)
             return None
+        if writes is not None and found is not None and found[0] == pod.uid and not found[1]:
+            await writes.undo()
         self.cache.forget(pod.key)
         landed_elsewhere = found is not None and found[0] == pod.uid and bool(found[1])
         log.info(

@@ -29,7 +29,7 @@ here, the loop and the cycle of one pod.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -45,6 +45,13 @@ from scheduler.model.fields import sorted_errors
 from scheduler.model.objects import PodInfo
 from scheduler.model.unsupported import NAME as UNSUPPORTED
 from scheduler.model.unsupported import unsupported_message
+from scheduler.plugins.dynamic_resources import NAME as DYNAMIC_RESOURCES
+from scheduler.plugins.dynamic_resources import (
+    DynamicResourcesError,
+    assume_claims,
+    plan_claims,
+)
+from scheduler.plugins.dynamic_resources import pre_filter as claims_pre_filter
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.volume_binding import NAME as VOLUME_BINDING
 from scheduler.plugins.volume_binding import assume_volumes, plan_volumes, pre_filter
@@ -152,12 +159,23 @@ class Scheduler(GangCycle):
             message = f"0/{snapshot.node_count} nodes are available: {volume_problem}."
             self._unschedulable(queued, message, (VOLUME_BINDING,))
             return
+        claim_problem, _ = claims_pre_filter(pod, self.cache.dra)
+        if claim_problem:
+            message = f"0/{snapshot.node_count} nodes are available: {claim_problem}."
+            self._unschedulable(queued, message, (DYNAMIC_RESOURCES,))
+            return
         too_big = larger_than_any_node(pod, snapshot)
         if too_big:
             self._unschedulable(queued, too_big, ("NodeResourcesFit",))
             return
         with self.cache.released(pod.key):  # room reclaimed for this pod is its own
-            evaluation = self.framework.evaluate(pod, snapshot)
+            try:
+                evaluation = self.framework.evaluate(pod, snapshot)
+            except DynamicResourcesError as error:
+                self._attempt_failed(
+                    queued, f'running Filter plugin "{DYNAMIC_RESOURCES}": {error}'
+                )
+                return
             if evaluation.chosen == NO_NODE:
                 message = evaluation.diagnosis.message(snapshot.valid)
                 plugins = {r.plugin for r in evaluation.diagnosis.rejections}
@@ -169,10 +187,16 @@ class Scheduler(GangCycle):
             self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
         volumes = plan_volumes(evaluation.state, evaluation.chosen, placement.node, pod)
+        claims = plan_claims(evaluation.state, evaluation.chosen, pod)
+        if claims is not None and claims.allocate:
+            placement = replace(placement, devices=claims.described())
         self.cache.assume(pod, placement.node, placement.gpus)
         if volumes is not None:  # forget() takes the assumption back
             assume_volumes(self.cache.volumes, volumes)
-        self._start_binding(queued, self._bind(queued, pod, placement, volumes), "bind")
+        if claims is not None:  # so does it for the allocations
+            assume_claims(self.cache.dra, claims)
+        work = self._bind(queued, pod, placement, volumes, claims)
+        self._start_binding(queued, work, "bind")
 
     # -- outcomes ------------------------------------------------------------------------------
 

@@ -120,7 +120,9 @@ def _finished(obj: Mapping[str, Any]) -> bool:
 
 def _same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether two versions of a pending pod differ only in status and bookkeeping metadata
-    (resourceVersion, managedFields), as kube-scheduler's check for a real pod update."""
+    (resourceVersion, managedFields), as kube-scheduler's check for a real pod update; the
+    claims the resourceclaim controller records in `status.resourceClaimStatuses` count as a
+    change (kube-scheduler's UpdatePodGeneratedResourceClaim event)."""
 
     def relevant(obj: Mapping[str, Any]) -> tuple[Any, ...]:
         metadata = obj.get("metadata") or {}
@@ -129,6 +131,7 @@ def _same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
             metadata.get("labels"),
             metadata.get("annotations"),
             metadata.get("deletionTimestamp"),
+            (obj.get("status") or {}).get("resourceClaimStatuses"),
         )
 
     return relevant(old) == relevant(new)

@@ -23,6 +23,8 @@ class Placement:
     gpus: tuple[int, ...]
     domain: int
     score: float
+    devices: tuple[str, ...] = ()
+    """DRA devices allocated to the pod's claims, "claim: pool/device,..." per claim."""
 
     def annotations(self) -> dict[str, str]:
         if not self.gpus:
@@ -33,6 +35,8 @@ class Placement:
         }
 
     def describe(self) -> str:
+        if self.devices:
+            return f"devices {'; '.join(self.devices)}; score {self.score:.0f}"
         if not self.gpus:
             return f"score {self.score:.0f}"
         gpus = ",".join(str(g) for g in self.gpus)

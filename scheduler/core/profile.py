@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from scheduler.config import SchedulerConfig
+from scheduler.dra.cel import CelSelectors
 from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
+from scheduler.plugins.dynamic_resources import DynamicResources
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
 from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
@@ -18,13 +20,15 @@ from scheduler.plugins.volume_binding import VolumeBinding
 
 def default_framework(settings: SchedulerConfig) -> Framework:
     """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
-    score, preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable
+    score, DynamicResources (devices of ResourceClaims, chosen NVLink-aware), preferred node
+    affinity, and the GPU-fragmentation score that keeps free GPUs usable
     (left out when weighted 0)."""
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
     pod_affinity = InterPodAffinity(weight=scoring.preferred_affinity_weight)
     spread = PodTopologySpread()
+    claims = DynamicResources(CelSelectors(), settings.dra.nvlink_domain_attribute, scoring.weights)
     extra: list[ScorePlugin] = []
     if scoring.fragmentation_weight > 0:
         extra.append(GpuFragmentation(scoring.fragmentation_weight))
@@ -39,8 +43,9 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             VolumeBinding(),
             spread,
             pod_affinity,
+            claims,  # last: it allocates devices only on nodes the others let through
         ],
-        scores=[nvlink, affinity, pod_affinity, *extra, spread],
+        scores=[nvlink, claims, affinity, pod_affinity, *extra, spread],
         seed=settings.scoring.seed,
         narrowers=[nvlink],
     )

@@ -86,6 +86,11 @@ class CycleState:
     """Scratch space of one cycle; plugins key their data by their own name."""
 
     data: dict[str, Any] = field(default_factory=dict)
+    passed: BoolArray | None = None
+    """(rows,) the nodes no filter before the running one rejected, kept current by the
+    framework while filters run (None outside `Framework.run_filters`). A costly filter
+    (DynamicResources allocates devices per node) may examine only these rows: a node another
+    filter rejected is described by that filter."""
 
 
 class PreFilterPlugin(Protocol):

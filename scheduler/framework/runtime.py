@@ -109,9 +109,11 @@ class Framework:
         feasible = valid.copy()  # feasible: (rows,)
         rejections: list[Rejection] = []
         for plugin in self.filters:
+            state.passed = feasible
             for rejection in plugin.filter(pod, snapshot, state):
                 rejections.append(rejection)
                 feasible &= ~rejection.failed
+        state.passed = None
         for narrower in self.narrowers:
             if not feasible.any():
                 break

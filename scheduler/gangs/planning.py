@@ -111,6 +111,11 @@ def _precheck(pod: PodInfo, snapshot: Snapshot) -> str:
         return f"pod has invalid fields: {sorted_errors(pod.errors)}"
     if pod.unsupported:
         return unsupported_message(pod.unsupported, snapshot.node_count)
+    if pod.resource_claims is not None:
+        return (
+            f"0/{snapshot.node_count} nodes are available: gpu-scheduler does not place "
+            "gang members with resource claims yet (spec.resourceClaims)."
+        )
     return ""
 
 

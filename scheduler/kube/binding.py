@@ -24,6 +24,7 @@ from scheduler.kube.fence import LEASE_TERM_ANNOTATION
 CONDITION_TYPE = "PodScheduled"
 UNSCHEDULABLE_REASON = "Unschedulable"
 SCHEDULING_GATED_REASON = "SchedulingGated"
+SCHEDULER_ERROR_REASON = "SchedulerError"
 SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 

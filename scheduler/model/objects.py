@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from scheduler.model.claims import PodClaims, pod_claim_names
 from scheduler.model.fields import (
     FieldError,
     NodeSelectorTerm,
@@ -133,6 +134,9 @@ class PodInfo:
     (scheduler.victims.preemption)."""
     claims: tuple[str, ...] = ()
     """Names of the PersistentVolumeClaims its volumes use (VolumeBinding), in its namespace."""
+    resource_claims: PodClaims | None = None
+    """spec.resourceClaims resolved to ResourceClaim names (DynamicResources); None when the pod
+    has none."""
     pod_group: str = ""
     """spec.schedulingGroup.podGroupName: the PodGroup (same namespace) it is a member of, "" for
     none (see `scheduler.gangs.tracker`)."""
@@ -165,7 +169,13 @@ class NodeInfo:
     errors: tuple[FieldError, ...] = ()
     scalar: Mapping[str, int] = field(default_factory=dict)
     """Allocatable extended resources beyond `allocatable` and `mig` (example.com/foo)."""
+    topology_annotations: Mapping[str, str] = field(default_factory=dict)
+    """The node's `gpu-scheduler.io/` annotations (NVLink domains by GPU index or by ID), read
+    again for the devices of a node whose GPUs are published through DRA."""
 
+
+TOPOLOGY_ANNOTATION_PREFIX = "gpu-scheduler.io/"
+MAX_TOPOLOGY_ANNOTATION = 16384  # characters of one kept (128 GPUs by UUID take about 5,300)
 
 MAX_NODE_GPUS = 64
 
@@ -302,6 +312,9 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     spread = parse_spread_constraints(spec, string_map(metadata.get("labels")), errors, FieldError)
     preemption_policy = read_preemption_policy(spec, error_reporter(errors))
     pod_group = _gang_of(spec, metadata, f"{namespace}/{name}", errors)
+    resource_claims = pod_claim_names(obj) if spec.get("resourceClaims") else None
+    if resource_claims is not None:
+        errors.extend(resource_claims.errors)
     return PodInfo(
         key=f"{namespace}/{name}",
         namespace=namespace,
@@ -336,6 +349,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         unsupported=unsupported_fields(obj),
         preemption_policy=preemption_policy,
         claims=pod_claims(spec, errors),
+        resource_claims=resource_claims,
         pod_group=pod_group,
     )
 
@@ -379,7 +393,7 @@ def pod_ref(obj: Mapping[str, Any]) -> PodRef:
     )
 
 
-POD_STATUS_KEPT = ("phase", "conditions", "startTime", "nominatedNodeName")
+POD_STATUS_KEPT = ("phase", "conditions", "startTime", "nominatedNodeName", "resourceClaimStatuses")
 
 
 """The Pod status fields an informer store keeps (`trim_pod`): what `parse_pod` and the pod
@@ -473,7 +487,9 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         )
         gpu_count = 0
         allocatable[GPU] = 0
-    domains = domains_for_node(annotations.get(NVLINK_DOMAINS_ANNOTATION), gpu_count)
+    domains = domains_for_node(
+        annotations.get(NVLINK_DOMAINS_ANNOTATION) if gpu_count else None, gpu_count
+    )
     if domains.error:
         errors.append(
             FieldError(
@@ -500,6 +516,11 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         errors=tuple(errors),
         scalar=scalar,
+        topology_annotations={
+            key: value
+            for key, value in annotations.items()
+            if key.startswith(TOPOLOGY_ANNOTATION_PREFIX) and len(value) <= MAX_TOPOLOGY_ANNOTATION
+        },
     )
 
 

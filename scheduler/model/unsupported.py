@@ -50,9 +50,6 @@ UNSUPPORTED: tuple[UnsupportedField, ...] = (
     ),
     UnsupportedField("spec.volumes[*].rbd", "RBD volumes", "VolumeRestrictions"),
     UnsupportedField("spec.volumes[*].iscsi", "iSCSI volumes", "VolumeRestrictions"),
-    UnsupportedField(
-        "spec.resourceClaims", "dynamic resource allocation (resource claims)", "DynamicResources"
-    ),
 )
 
 

@@ -52,6 +52,7 @@ import structlog
 
 from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.volumes import VolumeStore
+from scheduler.state.dra import DraStore
 from scheduler.state.node_table import NodeTable
 from topology.occupancy import choose_gpus
 
@@ -95,6 +96,9 @@ class ClusterCache(NodeTable):
         """Labels of each namespace, for pod affinity's namespaceSelector (namespace informer)."""
         self.volumes = VolumeStore()
         """PersistentVolumeClaims, PersistentVolumes and StorageClasses (VolumeBinding)."""
+        self.dra = DraStore()
+        """DeviceClasses, ResourceSlices, ResourceClaims and in-flight allocations
+        (DynamicResources)."""
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -218,9 +222,10 @@ class ClusterCache(NodeTable):
             state.binding_finished_at = now
 
     def forget(self, key: str) -> None:
-        """Give back an assumed pod's resources (its binding failed), and the volumes its cycle
-        assumed it would pre-bind."""
+        """Give back an assumed pod's resources (its binding failed), the volumes its cycle
+        assumed it would pre-bind and the device allocations it decided."""
         self.volumes.revert(key)
+        self.dra.revert(key)
         state = self.pods.get(key)
         if state is not None and state.assumed:
             self._delete(key)

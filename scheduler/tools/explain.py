@@ -13,8 +13,12 @@ DUMP is what `kubectl get nodes,pods -A -o yaml` prints. The same filters, score
 the daemon are applied (`--config` picks the weights), to a cache built from the nodes and the
 bound pods. Rows are sorted best first: feasible nodes by final score, then the rejected ones.
 JSON rows have the keys `node`, `feasible`, `reasons`, `components` (name -> points), `raw`,
-`normalized` (the NVLink score before and after normalization) and `score` (the weighted total
-the daemon ranks nodes by).
+`normalized` (the NVLink score before and after normalization), `score` (the weighted total
+the daemon ranks nodes by), and for a pod with ResourceClaims `devices` (claim name -> the
+devices "driver/pool/device" it would be allocated on that node). A pod with claims reads the
+cluster's DeviceClasses, ResourceSlices, ResourceClaims and DeviceTaintRules too (offline: put
+them in the dump, `kubectl get nodes,pods,deviceclasses,resourceslices,resourceclaims -A -o
+yaml`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import yaml
 from scheduler.config import config_from_args
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.kube.claims import list_dra_objects
 from scheduler.model.objects import parse_node, parse_pod
 from scheduler.model.unsupported import unsupported_reasons
 from scheduler.plugins.node_affinity import NAME as AFFINITY
@@ -46,6 +51,7 @@ from scheduler.tools.errors import (
     check_kubeconfig,
     kubeconfig_from_env,
 )
+from scheduler.tools.explain_claims import add_dra_objects, claim_devices, claim_reasons
 from scheduler.tools.explain_gang import (
     explain_gang,
     find_group,
@@ -76,6 +82,7 @@ def explain(
     for obj in items:
         if obj.get("kind") == "Node":
             cache.add_or_update_node(parse_node(obj))
+    add_dra_objects(cache, items)
     pod = parse_pod(pod_obj)
     for obj in items:
         if obj.get("kind") == "Pod":
@@ -103,8 +110,10 @@ def explain(
     )
     rows: list[JsonObject] = []
     for row in np.flatnonzero(snapshot.valid):
-        reasons = blocked or sorted(
-            {r.reason for r in evaluation.diagnosis.rejections if r.failed[row]}
+        reasons = blocked or claim_reasons(
+            evaluation.state,
+            int(row),
+            sorted({r.reason for r in evaluation.diagnosis.rejections if r.failed[row]}),
         )
         ok = bool(feasible[row]) and not blocked
         components: dict[str, float] = {}
@@ -127,6 +136,8 @@ def explain(
                 "score": round(float(evaluation.total[row]), 2) if ok else None,
             }
         )
+        if pod.resource_claims is not None:
+            rows[-1]["devices"] = claim_devices(evaluation.state, int(row)) if ok else {}
     rows.sort(key=lambda r: (not r["feasible"], -(r["score"] or 0.0), r["node"]))
     return rows
 
@@ -249,8 +260,10 @@ async def _from_cluster(
             gang = await find_group(api_client, group_ref)
         nodes = await raw(core.list_node(_preload_content=False))
         pods = await raw(core.list_pod_for_all_namespaces(_preload_content=False))
-    objects = [{**n, "kind": "Node"} for n in nodes["items"]]
-    objects += [{**p, "kind": "Pod"} for p in pods["items"]]
+        objects = [{**n, "kind": "Node"} for n in nodes["items"]]
+        objects += [{**p, "kind": "Pod"} for p in pods["items"]]
+        if pod is not None and (pod.get("spec") or {}).get("resourceClaims"):
+            objects += await list_dra_objects(api_client)
     return pod, objects, gang
 
 

@@ -259,9 +259,11 @@ def test_daemon_profile_plugins() -> None:
         "VolumeBinding",
         "PodTopologySpread",
         "InterPodAffinity",
+        "DynamicResources",
     ]
     assert [p.name for p in framework.scores] == [
         "NVLink",
+        "DynamicResources",
         "NodeAffinity",
         "InterPodAffinity",
         "GpuFragmentation",

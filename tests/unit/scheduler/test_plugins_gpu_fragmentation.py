@@ -210,7 +210,7 @@ def test_weight_is_validated(value: object) -> None:
 def test_weight_zero_leaves_the_score_out() -> None:
     settings = config_from_data({"scoring": {"fragmentationWeight": 0}})
     names = [p.name for p in default_framework(settings).scores]
-    assert names[:2] == ["NVLink", "NodeAffinity"]
+    assert names[:3] == ["NVLink", "DynamicResources", "NodeAffinity"]
     assert "GpuFragmentation" not in names
     weighted = default_framework(config_from_data({"scoring": {"fragmentationWeight": 2.5}}))
     assert {p.name: p.weight for p in weighted.scores}["GpuFragmentation"] == 2.5

@@ -31,7 +31,6 @@ EXAMPLES: dict[str, tuple[str, Any]] = {
     ),
     "spec.volumes[*].rbd": ("volumes", [{"name": "d", "rbd": {"image": "i", "monitors": ["m"]}}]),
     "spec.volumes[*].iscsi": ("volumes", [{"name": "d", "iscsi": {"iqn": "q", "lun": 0}}]),
-    "spec.resourceClaims": ("resourceClaims", [{"name": "gpu", "resourceClaimName": "c"}]),
 }
 
 
@@ -80,11 +79,11 @@ def test_unused_or_empty_fields_are_not_reported(spec: dict[str, Any]) -> None:
 
 
 def test_message_names_every_field() -> None:
-    paths = ("spec.volumes[*].ephemeral", "spec.resourceClaims")
+    paths = ("spec.volumes[*].ephemeral", "spec.volumes[*].rbd")
     assert unsupported_message(paths, 3) == (
         "0/3 nodes are available: gpu-scheduler does not support generic ephemeral volumes "
-        "(spec.volumes[*].ephemeral); gpu-scheduler does not support dynamic resource "
-        "allocation (resource claims) (spec.resourceClaims)."
+        "(spec.volumes[*].ephemeral); gpu-scheduler does not support RBD volumes "
+        "(spec.volumes[*].rbd)."
     )
 
 
@@ -109,9 +108,9 @@ def test_explain_reports_the_unsupported_field_on_every_node() -> None:
     from scheduler.tools.explain import explain
 
     nodes = [make_node("a"), make_node("b")]
-    rows = explain(using("spec.resourceClaims"), nodes, default_framework(SchedulerConfig()))
-    reason = "gpu-scheduler does not support dynamic resource allocation (resource claims)"
+    rows = explain(using("spec.volumes[*].rbd"), nodes, default_framework(SchedulerConfig()))
+    reason = "gpu-scheduler does not support RBD volumes"
     assert [(r["node"], r["feasible"], r["reasons"]) for r in rows] == [
-        ("a", False, [f"{reason} (spec.resourceClaims)"]),
-        ("b", False, [f"{reason} (spec.resourceClaims)"]),
+        ("a", False, [f"{reason} (spec.volumes[*].rbd)"]),
+        ("b", False, [f"{reason} (spec.volumes[*].rbd)"]),
     ]

@@ -1,0 +1,348 @@
+"""DynamicResources: pods with ResourceClaims, as kube-scheduler's plugin of that name
+(k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go),
+with the device choice made NVLink-aware by `scheduler.dra`.
+
+    pre_filter(pod, store)      the pod's claims resolved against the store, or the message that
+                                keeps it waiting, worded as upstream's PreEnqueue and PreFilter:
+                                pod "ns/p": ResourceClaim not created yet;
+                                resourceclaim.resource.k8s.io "c" not found;
+                                resourceclaim "c" is being deleted;
+                                ResourceClaim ns/c was not created for Pod ns/p (Pod is not owner);
+                                resourceclaim in use;
+                                resource claim ns/c is in the process of being allocated;
+                                request r: device class k does not exist
+    DynamicResources.filter     PreFilter again (its verdict on every node), then per node row
+                                that no earlier filter rejected: an allocated claim's
+                                node selector must match ("resourceclaim not available on the
+                                node"), and the allocator must find devices for every claim to
+                                allocate ("cannot allocate all claims"); both unresolvable, as
+                                upstream's. The allocations found per row stay in the cycle state.
+    DynamicResources.score      the NVLink score of the seed (`topology.scoring.score_nodes`,
+                                the NVLink plugin's kernel) over each feasible node's
+                                NVLink-mapped devices (`scheduler.dra.domains`): the devices the
+                                pod's allocations take against the free devices per domain, so
+                                a node where they fit one domain, tightly, scores best; None
+                                when they take no mapped device. Upstream scores only
+                                firstAvailable choices; gpu-scheduler's allocator already
+                                prefers the earlier alternatives (it tries them in order).
+    plan_claims                 for the chosen node: the allocations to write and the claims to
+                                reserve for the pod (`ClaimPlan`), which the cycle assumes in the
+                                store and the binding cycle writes (`scheduler.kube.claims`).
+
+A selector that fails (CEL compile or runtime error) is an error of the attempt, not a verdict
+on the node: `DynamicResourcesError` leaves the filter and the cycle backs the pod off with the
+message, as upstream's statusError.
+
+A pod without claims costs one attribute test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scheduler.dra.allocator import AllocationError, Allocator
+from scheduler.dra.domains import DeviceDomains, device_domains
+from scheduler.dra.selectors import SelectorError, SelectorMatcher
+from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
+from scheduler.framework.snapshot import Snapshot
+from scheduler.model.allocations import MAX_RESERVED_FOR, Allocation
+from scheduler.model.claims import ResourceClaim
+from scheduler.model.objects import PodInfo
+from scheduler.model.pools import Pool
+from scheduler.state.dra import DraStore
+from topology.scoring import DEFAULT_WEIGHTS, ScoreWeights, normalize, score_nodes
+from topology.text import clip
+
+NAME = "DynamicResources"
+NOT_AVAILABLE = "resourceclaim not available on the node"
+CANNOT_ALLOCATE = "cannot allocate all claims"
+
+
+class DynamicResourcesError(Exception):
+    """An error of the scheduling attempt (a selector failed): the pod backs off."""
+
+
+@dataclass
+class PodClaimState:
+    """The pod's claims as PreFilter resolved them, and what Filter found per node row."""
+
+    claims: tuple[ResourceClaim, ...]
+    """Every claim the pod uses, in spec order."""
+    to_allocate: tuple[ResourceClaim, ...]
+    """The claims not allocated yet (allocated by this scheduler on the chosen node)."""
+    allocations: dict[int, tuple[Allocation, ...]] = field(default_factory=dict)
+    """Row -> the allocations of `to_allocate` (same order) on that node."""
+    reasons: dict[int, str] = field(default_factory=dict)
+    """Row -> why the allocator found nothing there (for `explain`)."""
+    occupancy: dict[int, DomainOccupancy] = field(default_factory=dict)
+    """Row -> its NVLink-mapped devices per domain, for the score (rows whose allocations take
+    at least one mapped device)."""
+
+
+@dataclass(frozen=True)
+class DomainOccupancy:
+    """A node's NVLink-mapped devices before the pod: free and total per domain, and how many
+    of them the pod's allocations take."""
+
+    free: tuple[int, ...]
+    size: tuple[int, ...]
+    wanted: int
+
+
+def domain_occupancy(
+    domains: DeviceDomains,
+    in_use: frozenset[tuple[str, str, str]],
+    allocations: tuple[Allocation, ...],
+) -> DomainOccupancy | None:
+    """The node's `DomainOccupancy` for `allocations` (None when they take no mapped device)."""
+    wanted = sum(
+        1
+        for allocation in allocations
+        for result in allocation.results
+        if result.device_id in domains.domain_of
+    )
+    if not wanted:
+        return None
+    free = list(domains.domain_size)
+    for device, domain in domains.domain_of.items():
+        if device in in_use and domain < len(free):
+            free[domain] -= 1
+    return DomainOccupancy(tuple(max(f, 0) for f in free), tuple(domains.domain_size), wanted)
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What the binding cycle writes for a pod with claims, before its Binding."""
+
+    pod_key: str
+    pod_name: str
+    pod_uid: str
+    allocate: tuple[tuple[ResourceClaim, Allocation], ...] = ()
+    """Claims to allocate: the finalizer, then allocation and reservedFor in one write."""
+    reserve: tuple[ResourceClaim, ...] = ()
+    """Claims already allocated and not yet reserved for the pod: reservedFor only."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.allocate and not self.reserve
+
+    def described(self) -> tuple[str, ...]:
+        """ "claim: pool/device,pool/device" for each claim to allocate (events, logs)."""
+        return tuple(
+            f"{claim.name}: " + ",".join(f"{r.pool}/{r.device}" for r in allocation.results)
+            for claim, allocation in self.allocate
+        )
+
+
+def pre_filter(pod: PodInfo, store: DraStore) -> tuple[str, PodClaimState | None]:
+    """("", state) when the pod's claims can be considered on nodes, (message, None) when the
+    pod must wait (for every node alike); ("", None) for a pod without claims."""
+    pod_claims = pod.resource_claims
+    if pod_claims is None:
+        return "", None
+    if pod_claims.waiting:
+        return pod_claims.waiting, None
+    claims: list[ResourceClaim] = []
+    for entry in pod_claims.claims:
+        if not entry.claim_name:
+            continue  # the controller made no claim for it on purpose: nothing to allocate
+        claim = store.claims.get(f"{pod.namespace}/{entry.claim_name}")
+        if claim is None:
+            return f'resourceclaim.resource.k8s.io "{clip(entry.claim_name)}" not found', None
+        if claim.deleting:
+            return f'resourceclaim "{clip(claim.name)}" is being deleted', None
+        if entry.from_template and (claim.controller is None or claim.controller.uid != pod.uid):
+            message = (
+                f"ResourceClaim {claim.key} was not created for Pod {pod.key} (Pod is not owner)"
+            )
+            return message, None
+        if claim.errors:
+            problems = "; ".join(str(e) for e in claim.errors[:3])
+            return clip(f"resourceclaim {claim.key} has invalid fields: {problems}", 900), None
+        if claim.key not in {c.key for c in claims}:
+            claims.append(claim)
+    return _check_claims(pod, store, tuple(claims))
+
+
+def _check_claims(
+    pod: PodInfo, store: DraStore, claims: tuple[ResourceClaim, ...]
+) -> tuple[str, PodClaimState | None]:
+    to_allocate: list[ResourceClaim] = []
+    for claim in claims:
+        if claim.allocation is not None:
+            full = len(claim.reserved_for) >= MAX_RESERVED_FOR
+            if full and not claim.reserved_for_pod(pod.uid):
+                return "resourceclaim in use", None
+            continue
+        flying = store.in_flight(claim.key)
+        if flying is not None and flying.pod_key != pod.key:
+            return f"resource claim {claim.key} is in the process of being allocated", None
+        for request in claim.spec.requests:
+            for reference, spec in request.alternatives:
+                if spec.device_class_name not in store.classes:
+                    message = (
+                        f"request {reference}: device class {spec.device_class_name} does not exist"
+                    )
+                    return clip(message, 900), None
+        to_allocate.append(claim)
+    if not claims:
+        return "", None
+    return "", PodClaimState(claims, tuple(to_allocate))
+
+
+class DynamicResources:
+    """The filter and the score (see the module docstring). `matcher` evaluates CEL selectors;
+    `domain_attribute` names a device attribute that carries the NVLink domain ("" to read the
+    node's annotations); `weights` are the NVLink score's."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        matcher: SelectorMatcher,
+        domain_attribute: str = "",
+        weights: ScoreWeights = DEFAULT_WEIGHTS,
+        weight: float = 1.0,
+    ) -> None:
+        self.matcher = matcher
+        self.domain_attribute = domain_attribute
+        self.weights = weights
+        self.weight = weight
+        self._domains: dict[str, tuple[tuple[Pool, ...], Mapping[str, str], DeviceDomains]] = {}
+        """Node -> the pools and annotations its domain map was made from, and the map."""
+
+    def domains(
+        self, node: str, annotations: Mapping[str, str], pools: tuple[Pool, ...]
+    ) -> DeviceDomains:
+        """The node's device -> NVLink domain map, kept until its pools (a new tuple from the
+        store when a slice changes) or its annotations change."""
+        kept = self._domains.get(node)
+        if kept is not None and kept[0] is pools and kept[1] == annotations:
+            return kept[2]
+        found = device_domains(annotations, pools, self.domain_attribute)
+        self._domains[node] = (pools, annotations, found)
+        return found
+
+    def score(
+        self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
+    ) -> FloatArray | None:
+        """The NVLink score (`topology.scoring.score_nodes`, the seed's rules) of the devices
+        each feasible node would allocate, over the NVLink-mapped devices of the node: free per
+        domain before this pod, domain sizes, devices and devices in use. None for a pod whose
+        allocations take no mapped device (no preference)."""
+        claim_state = state.data.get(NAME)
+        if not isinstance(claim_state, PodClaimState) or not claim_state.occupancy:
+            return None
+        rows = np.array(sorted(claim_state.occupancy), dtype=np.int64)  # rows: (n,)
+        width = max(len(o.free) for o in claim_state.occupancy.values())
+        free = np.zeros((rows.size, width), dtype=np.int64)  # free: (n, domains)
+        size = np.zeros((rows.size, width), dtype=np.int64)  # size: (n, domains)
+        wanted = np.zeros(rows.size, dtype=np.int64)  # wanted: (n,)
+        for i, row in enumerate(rows):
+            occupancy = claim_state.occupancy[int(row)]
+            free[i, : len(occupancy.free)] = occupancy.free
+            size[i, : len(occupancy.size)] = occupancy.size
+            wanted[i] = occupancy.wanted
+        total = size.sum(axis=1)  # total: (n,)
+        used = total - free.sum(axis=1)  # used: (n,)
+        points = np.zeros(snapshot.rows, dtype=np.float64)  # points: (rows,)
+        for g in np.unique(wanted):
+            pick = wanted == g  # pick: (n,)
+            breakdown = score_nodes(
+                int(g), free[pick], size[pick], total[pick], used[pick], self.weights
+            )
+            points[rows[pick]] = np.nan_to_num(normalize(breakdown.raw))
+        return np.where(feasible, points, 0.0)
+
+    def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
+        if pod.resource_claims is None:
+            return []
+        store = snapshot.cache.dra
+        rows = snapshot.rows
+        message, claim_state = pre_filter(pod, store)
+        if message:  # the cycle reports it before filtering; `explain` shows it per node
+            return [Rejection(message, snapshot.valid.copy(), False, NAME)]
+        if claim_state is None:
+            return []
+        state.data[NAME] = claim_state
+        unavailable = np.zeros(rows, dtype=bool)  # unavailable: (rows,)
+        unallocatable = np.zeros(rows, dtype=bool)  # unallocatable: (rows,)
+        look = snapshot.valid if state.passed is None else state.passed & snapshot.valid
+        in_use = store.in_use()
+        allocator = (
+            Allocator(store.classes, in_use, self.matcher) if claim_state.to_allocate else None
+        )
+        for row in np.flatnonzero(look):
+            node = snapshot.cache.nodes[snapshot.names[row]]
+            if not self._available(claim_state, node.name, node.labels):
+                unavailable[row] = True
+                continue
+            if allocator is None:
+                continue
+            pools = store.pools_for(node.name, node.labels)
+            domains = self.domains(node.name, node.topology_annotations, pools)
+            slices = store.slices_for(node.name, node.labels)
+            try:
+                outcome = allocator.allocate(
+                    node.name,
+                    node.labels,
+                    pools,
+                    claim_state.to_allocate,
+                    domains.domain_of,
+                    slices,
+                )
+            except (SelectorError, AllocationError) as error:
+                raise DynamicResourcesError(str(error)) from error
+            if outcome.exceeded:
+                raise DynamicResourcesError(outcome.reason)
+            if outcome.allocations is None:
+                unallocatable[row] = True
+                claim_state.reasons[int(row)] = outcome.reason or CANNOT_ALLOCATE
+                continue
+            claim_state.allocations[int(row)] = outcome.allocations
+            occupancy = domain_occupancy(domains, in_use, outcome.allocations)
+            if occupancy is not None:
+                claim_state.occupancy[int(row)] = occupancy
+        rejections = []
+        if unavailable.any():
+            rejections.append(Rejection(NOT_AVAILABLE, unavailable, False, NAME))
+        if unallocatable.any():
+            rejections.append(Rejection(CANNOT_ALLOCATE, unallocatable, False, NAME))
+        return rejections
+
+    @staticmethod
+    def _available(claim_state: PodClaimState, node: str, labels: Mapping[str, str]) -> bool:
+        """Every allocated claim's devices are available on `node`."""
+        for claim in claim_state.claims:
+            allocation = claim.allocation
+            if allocation is None or allocation.node_selector is None:
+                continue
+            if not allocation.node_selector.matches(node, labels):
+                return False
+        return True
+
+
+def plan_claims(state: CycleState, row: int, pod: PodInfo) -> ClaimPlan | None:
+    """The writes for `pod` placed on node `row` (None: the pod has no claims)."""
+    claim_state = state.data.get(NAME)
+    if not isinstance(claim_state, PodClaimState):
+        return None
+    allocations = claim_state.allocations.get(row, ()) if claim_state.to_allocate else ()
+    allocate = tuple(zip(claim_state.to_allocate, allocations, strict=True))
+    reserve = tuple(
+        claim
+        for claim in claim_state.claims
+        if claim.allocation is not None and not claim.reserved_for_pod(pod.uid)
+    )
+    return ClaimPlan(pod.key, pod.name, pod.uid, allocate, reserve)
+
+
+def assume_claims(store: DraStore, plan: ClaimPlan) -> None:
+    """Record the plan's allocations as in flight for the pod (`ClusterCache.forget` takes them
+    back)."""
+    store.assume(
+        plan.pod_key, {claim.key: (claim.uid, allocation) for claim, allocation in plan.allocate}
+    )

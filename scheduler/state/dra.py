@@ -1,0 +1,224 @@
+"""What the scheduler knows of Dynamic Resource Allocation: DeviceClasses, ResourceSlices,
+DeviceTaintRules and ResourceClaims as the informers deliver them, plus the allocations this
+scheduler has decided and not yet seen written (in flight).
+
+This is the claim tracker of kube-scheduler's DynamicResources plugin (its assume cache and
+`inFlightAllocations`, k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/
+dra_manager.go) in one object:
+
+- `pools_for(node, labels)`: the pools a node sees (`scheduler.model.pools.gather_pools` over
+  the slices of the pools that have a slice for the node or for every node), with the
+  DeviceTaintRules applied as device taints; kept per node until a slice or rule changes.
+- `in_use()`: every device allocated to any claim in the cluster, plus every device of an
+  allocation in flight here: what no new allocation may take (the API server does not check
+  that a device is allocated to one claim only).
+- `assume(pod_key, allocations)`: the scheduling cycle decided these claims' allocations for the
+  pod; until the informer delivers the claim allocated (the PreBind write landed) or
+  `revert(pod_key)` gives them back (the binding failed), the devices count as taken and another
+  pod sharing the claim waits ("is in the process of being allocated").
+
+Claims are keyed "namespace/name". Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from scheduler.model.allocations import Allocation
+from scheduler.model.claims import ResourceClaim
+from scheduler.model.device_classes import DeviceClass, DeviceTaintRule, with_taint_rules
+from scheduler.model.devices import ResourceSlice
+from scheduler.model.pools import Pool, PoolID, gather_pools
+
+DeviceID = tuple[str, str, str]
+"""(driver, pool, device)."""
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An allocation decided for `claim_key` while scheduling `pod_key`, not yet seen written."""
+
+    pod_key: str
+    claim_uid: str
+    allocation: Allocation
+
+
+@dataclass(frozen=True)
+class _NodePools:
+    version: int
+    labels: tuple[tuple[str, str], ...]
+    pools: tuple[Pool, ...]
+    slices: tuple[ResourceSlice, ...]
+
+
+class DraStore:
+    """The DRA objects and in-flight allocations; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.claims: dict[str, ResourceClaim] = {}
+        self.taint_rules: dict[str, DeviceTaintRule] = {}
+        self._in_flight: dict[str, InFlight] = {}
+        self._slices_version = 0
+        self._pools: dict[str, _NodePools] = {}
+        self._by_pool: dict[PoolID, set[str]] | None = None
+        self._node_pools: dict[str, set[PoolID]] | None = None
+        self._shared_pools: set[PoolID] | None = None
+        self._in_use: frozenset[DeviceID] | None = None
+
+    # -- informer input --------------------------------------------------------------------------
+
+    def put_class(self, device_class: DeviceClass) -> bool:
+        old = self.classes.get(device_class.name)
+        self.classes[device_class.name] = device_class
+        return old != device_class
+
+    def drop_class(self, name: str) -> bool:
+        return self.classes.pop(name, None) is not None
+
+    def put_slice(self, resource_slice: ResourceSlice) -> bool:
+        if self.slices.get(resource_slice.name) == resource_slice:
+            return False
+        self.slices[resource_slice.name] = resource_slice
+        self._slices_changed()
+        return True
+
+    def drop_slice(self, name: str) -> bool:
+        if self.slices.pop(name, None) is None:
+            return False
+        self._slices_changed()
+        return True
+
+    def put_taint_rule(self, name: str, rule: DeviceTaintRule) -> bool:
+        if self.taint_rules.get(name) == rule:
+            return False
+        self.taint_rules[name] = rule
+        self._slices_changed()
+        return True
+
+    def drop_taint_rule(self, name: str) -> bool:
+        if self.taint_rules.pop(name, None) is None:
+            return False
+        self._slices_changed()
+        return True
+
+    def put_claim(self, claim: ResourceClaim) -> bool:
+        """Store `claim`; an in-flight allocation of it ends once the claim is seen allocated
+        (the write landed, or someone else allocated it: either way the informer's view now
+        counts) or replaced by another object of the same name."""
+        old = self.claims.get(claim.key)
+        self.claims[claim.key] = claim
+        flying = self._in_flight.get(claim.key)
+        if flying is not None and (claim.allocation is not None or claim.uid != flying.claim_uid):
+            del self._in_flight[claim.key]
+        self._in_use = None
+        return old != claim
+
+    def drop_claim(self, key: str) -> bool:
+        self._in_flight.pop(key, None)
+        self._in_use = None
+        return self.claims.pop(key, None) is not None
+
+    # -- in flight -------------------------------------------------------------------------------
+
+    def assume(self, pod_key: str, allocations: Mapping[str, tuple[str, Allocation]]) -> None:
+        """Record the allocations (claim key -> (claim uid, allocation)) decided for `pod_key`."""
+        for claim_key, (uid, allocation) in allocations.items():
+            self._in_flight[claim_key] = InFlight(pod_key, uid, allocation)
+        self._in_use = None
+
+    def revert(self, pod_key: str) -> bool:
+        """Give back every in-flight allocation of `pod_key`; True if there was one."""
+        keys = [key for key, flying in self._in_flight.items() if flying.pod_key == pod_key]
+        for key in keys:
+            del self._in_flight[key]
+        if keys:
+            self._in_use = None
+        return bool(keys)
+
+    def in_flight(self, claim_key: str) -> InFlight | None:
+        return self._in_flight.get(claim_key)
+
+    def in_flight_for(self, pod_key: str) -> dict[str, InFlight]:
+        return {k: v for k, v in self._in_flight.items() if v.pod_key == pod_key}
+
+    # -- what the allocator reads ----------------------------------------------------------------
+
+    def in_use(self) -> frozenset[DeviceID]:
+        """Devices allocated to any claim, or to an allocation in flight."""
+        if self._in_use is None:
+            taken: set[DeviceID] = set()
+            for claim in self.claims.values():
+                if claim.allocation is not None:
+                    taken.update(result.device_id for result in claim.allocation.results)
+            for flying in self._in_flight.values():
+                taken.update(result.device_id for result in flying.allocation.results)
+            self._in_use = frozenset(taken)
+        return self._in_use
+
+    def pools_for(self, node_name: str, labels: Mapping[str, str]) -> tuple[Pool, ...]:
+        """The pools `node_name` sees, taint rules applied; cached until a slice, a rule or
+        the node's labels change."""
+        return self._node_pools_of(node_name, labels).pools
+
+    def slices_for(self, node_name: str, labels: Mapping[str, str]) -> tuple[ResourceSlice, ...]:
+        """The slices `pools_for` gathered the node's pools from (the allocator reads their node
+        selection for an allocation's node selector)."""
+        return self._node_pools_of(node_name, labels).slices
+
+    def _node_pools_of(self, node_name: str, labels: Mapping[str, str]) -> _NodePools:
+        label_key = tuple(sorted(labels.items()))
+        kept = self._pools.get(node_name)
+        if kept is not None and kept.version == self._slices_version and kept.labels == label_key:
+            return kept
+        slices = tuple(self._candidate_slices(node_name))
+        found = _NodePools(
+            self._slices_version, label_key, gather_pools(slices, node_name, labels), slices
+        )
+        self._pools[node_name] = found
+        return found
+
+    def has_devices(self, node_name: str) -> bool:
+        """Whether any slice is published for the node itself or for every/selected nodes."""
+        self._index()
+        assert self._node_pools is not None and self._shared_pools is not None
+        return bool(self._node_pools.get(node_name)) or bool(self._shared_pools)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _slices_changed(self) -> None:
+        self._slices_version += 1
+        self._by_pool = None
+        self._node_pools = None
+        self._shared_pools = None
+
+    def _index(self) -> None:
+        if self._by_pool is not None:
+            return
+        by_pool: dict[PoolID, set[str]] = {}
+        node_pools: dict[str, set[PoolID]] = {}
+        shared: set[PoolID] = set()
+        for name, resource_slice in self.slices.items():
+            pool = PoolID(resource_slice.driver, resource_slice.pool.name)
+            by_pool.setdefault(pool, set()).add(name)
+            node = resource_slice.node_selection.node_name
+            if node and not resource_slice.per_device_node_selection:
+                node_pools.setdefault(node, set()).add(pool)
+            else:
+                shared.add(pool)
+        self._by_pool, self._node_pools, self._shared_pools = by_pool, node_pools, shared
+
+    def _candidate_slices(self, node_name: str) -> Iterable[ResourceSlice]:
+        """Every slice of every pool that may have devices for `node_name` (all slices of a
+        pool, so `gather_pools` can tell an incomplete pool from one being replaced)."""
+        self._index()
+        assert self._by_pool is not None and self._node_pools is not None
+        assert self._shared_pools is not None
+        pools = self._node_pools.get(node_name, set()) | self._shared_pools
+        rules = list(self.taint_rules.values())
+        for pool in sorted(pools):
+            for name in sorted(self._by_pool.get(pool, ())):
+                resource_slice = self.slices[name]
+                yield with_taint_rules(resource_slice, rules) if rules else resource_slice
