@@ -187,7 +187,11 @@ class Scheduler(GangCycle):
             self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
         volumes = plan_volumes(evaluation.state, evaluation.chosen, placement.node, pod)
-        claims = plan_claims(evaluation.state, evaluation.chosen, pod)
+        try:
+            claims = plan_claims(evaluation.state, evaluation.chosen, pod)
+        except DynamicResourcesError as error:
+            self._attempt_failed(queued, f'running Reserve plugin "{DYNAMIC_RESOURCES}": {error}')
+            return
         if claims is not None and claims.allocate:
             placement = replace(placement, devices=claims.described())
         self.cache.assume(pod, placement.node, placement.gpus)

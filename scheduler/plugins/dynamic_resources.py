@@ -38,19 +38,21 @@ A pod without claims costs one attribute test.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from scheduler.dra.allocator import AllocationError, Allocator
 from scheduler.dra.domains import DeviceDomains, device_domains
+from scheduler.dra.equivalence import NodeShape, groupable, node_shape
 from scheduler.dra.selectors import SelectorError, SelectorMatcher
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.model.allocations import MAX_RESERVED_FOR, Allocation
 from scheduler.model.claims import ResourceClaim
-from scheduler.model.objects import PodInfo
+from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.pools import Pool
 from scheduler.state.dra import DraStore
 from topology.scoring import DEFAULT_WEIGHTS, ScoreWeights, normalize, score_nodes
@@ -80,6 +82,18 @@ class PodClaimState:
     occupancy: dict[int, DomainOccupancy] = field(default_factory=dict)
     """Row -> its NVLink-mapped devices per domain, for the score (rows whose allocations take
     at least one mapped device)."""
+    allocate_row: Callable[[int], tuple[Allocation, ...] | None] | None = None
+    """Allocates on one row again: for a feasible row of a group whose verdict came from
+    another node (`scheduler.dra.equivalence`), whose allocations are not in `allocations`."""
+
+    def allocations_for(self, row: int) -> tuple[Allocation, ...] | None:
+        """The allocations of `to_allocate` on node `row` (None: it does not fit there)."""
+        found = self.allocations.get(row)
+        if found is None and self.allocate_row is not None and row not in self.reasons:
+            found = self.allocate_row(row)
+            if found is not None:
+                self.allocations[row] = found
+        return found
 
 
 @dataclass(frozen=True)
@@ -213,6 +227,20 @@ class DynamicResources:
         self.weight = weight
         self._domains: dict[str, tuple[tuple[Pool, ...], Mapping[str, str], DeviceDomains]] = {}
         """Node -> the pools and annotations its domain map was made from, and the map."""
+        self._shapes: dict[str, tuple[tuple[Pool, ...], DeviceDomains, NodeShape]] = {}
+        """Node -> the pools and domain map its shape was made from, and the shape."""
+
+    def shape(self, store: DraStore, node: NodeInfo) -> NodeShape:
+        """The node's `NodeShape` (`scheduler.dra.equivalence`), kept while its pools and
+        domain map are the same objects."""
+        pools = store.pools_for(node.name, node.labels)
+        domains = self.domains(node.name, node.topology_annotations, pools)
+        kept = self._shapes.get(node.name)
+        if kept is not None and kept[0] is pools and kept[1] is domains:
+            return kept[2]
+        found = node_shape(pools, domains.domain_of, store.shape_of)
+        self._shapes[node.name] = (pools, domains, found)
+        return found
 
     def domains(
         self, node: str, annotations: Mapping[str, str], pools: tuple[Pool, ...]
@@ -275,6 +303,8 @@ class DynamicResources:
         allocator = (
             Allocator(store.classes, in_use, self.matcher) if claim_state.to_allocate else None
         )
+        grouped = allocator is not None and groupable(claim_state.to_allocate, store.classes)
+        verdicts: dict[Hashable, tuple[bool, str, DomainOccupancy | None]] = {}
         for row in np.flatnonzero(look):
             node = snapshot.cache.nodes[snapshot.names[row]]
             if not self._available(claim_state, node.name, node.labels):
@@ -282,36 +312,69 @@ class DynamicResources:
                 continue
             if allocator is None:
                 continue
-            pools = store.pools_for(node.name, node.labels)
-            domains = self.domains(node.name, node.topology_annotations, pools)
-            slices = store.slices_for(node.name, node.labels)
-            try:
-                outcome = allocator.allocate(
-                    node.name,
-                    node.labels,
-                    pools,
-                    claim_state.to_allocate,
-                    domains.domain_of,
-                    slices,
+            key = self.shape(store, node).signature(in_use) if grouped else None
+            verdict = verdicts.get(key) if key is not None else None
+            if verdict is None:
+                found, reason, domains = self._allocate(
+                    allocator, claim_state.to_allocate, store, node
                 )
-            except (SelectorError, AllocationError) as error:
-                raise DynamicResourcesError(str(error)) from error
-            if outcome.exceeded:
-                raise DynamicResourcesError(outcome.reason)
-            if outcome.allocations is None:
+                occupancy = None if found is None else domain_occupancy(domains, in_use, found)
+                verdict = (found is not None, reason, occupancy)
+                if found is not None:
+                    claim_state.allocations[int(row)] = found
+                if key is not None:
+                    verdicts[key] = verdict
+            fits, reason, occupancy = verdict
+            if not fits:
                 unallocatable[row] = True
-                claim_state.reasons[int(row)] = outcome.reason or CANNOT_ALLOCATE
-                continue
-            claim_state.allocations[int(row)] = outcome.allocations
-            occupancy = domain_occupancy(domains, in_use, outcome.allocations)
-            if occupancy is not None:
+                claim_state.reasons[int(row)] = reason or CANNOT_ALLOCATE
+            elif occupancy is not None:
                 claim_state.occupancy[int(row)] = occupancy
+        if allocator is not None:
+            claim_state.allocate_row = partial(
+                self._allocate_row, allocator, claim_state.to_allocate, snapshot
+            )
         rejections = []
         if unavailable.any():
             rejections.append(Rejection(NOT_AVAILABLE, unavailable, False, NAME))
         if unallocatable.any():
             rejections.append(Rejection(CANNOT_ALLOCATE, unallocatable, False, NAME))
         return rejections
+
+    def _allocate(
+        self,
+        allocator: Allocator,
+        claims: tuple[ResourceClaim, ...],
+        store: DraStore,
+        node: NodeInfo,
+    ) -> tuple[tuple[Allocation, ...] | None, str, DeviceDomains]:
+        """The allocator's allocations of `claims` on `node` (None and the reason when they do
+        not fit), and the node's domain map. A failing selector or a spent step budget raise
+        `DynamicResourcesError`."""
+        pools = store.pools_for(node.name, node.labels)
+        domains = self.domains(node.name, node.topology_annotations, pools)
+        slices = store.slices_for(node.name, node.labels)
+        try:
+            outcome = allocator.allocate(
+                node.name, node.labels, pools, claims, domains.domain_of, slices
+            )
+        except (SelectorError, AllocationError) as error:
+            raise DynamicResourcesError(str(error)) from error
+        if outcome.exceeded:
+            raise DynamicResourcesError(outcome.reason)
+        return outcome.allocations, outcome.reason, domains
+
+    def _allocate_row(
+        self,
+        allocator: Allocator,
+        claims: tuple[ResourceClaim, ...],
+        snapshot: Snapshot,
+        row: int,
+    ) -> tuple[Allocation, ...] | None:
+        """The allocations on node `row`, computed again (a node of a group whose verdict came
+        from another node; results name the node's own pools)."""
+        node = snapshot.cache.nodes[snapshot.names[row]]
+        return self._allocate(allocator, claims, snapshot.cache.dra, node)[0]
 
     @staticmethod
     def _available(claim_state: PodClaimState, node: str, labels: Mapping[str, str]) -> bool:
@@ -330,7 +393,9 @@ def plan_claims(state: CycleState, row: int, pod: PodInfo) -> ClaimPlan | None:
     claim_state = state.data.get(NAME)
     if not isinstance(claim_state, PodClaimState):
         return None
-    allocations = claim_state.allocations.get(row, ()) if claim_state.to_allocate else ()
+    allocations = claim_state.allocations_for(row) if claim_state.to_allocate else ()
+    if allocations is None:  # the filters let the node through: it fits there
+        raise DynamicResourcesError(f"no allocation for node row {row}")
     allocate = tuple(zip(claim_state.to_allocate, allocations, strict=True))
     reserve = tuple(
         claim

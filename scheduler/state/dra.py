@@ -25,10 +25,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from scheduler.dra.equivalence import device_shape
 from scheduler.model.allocations import Allocation
 from scheduler.model.claims import ResourceClaim
 from scheduler.model.device_classes import DeviceClass, DeviceTaintRule, with_taint_rules
-from scheduler.model.devices import ResourceSlice
+from scheduler.model.devices import Device, ResourceSlice
 from scheduler.model.pools import Pool, PoolID, gather_pools
 
 DeviceID = tuple[str, str, str]
@@ -67,6 +68,8 @@ class DraStore:
         self._node_pools: dict[str, set[PoolID]] | None = None
         self._shared_pools: set[PoolID] | None = None
         self._in_use: frozenset[DeviceID] | None = None
+        self._shapes: dict[int, tuple[Device, int]] = {}
+        self._shape_ids: dict[str, int] = {}
 
     # -- informer input --------------------------------------------------------------------------
 
@@ -180,6 +183,16 @@ class DraStore:
         self._pools[node_name] = found
         return found
 
+    def shape_of(self, device: Device) -> int:
+        """A small integer naming `device`'s shape (`scheduler.dra.equivalence.device_shape`),
+        the same for devices of equal shape; kept until a slice changes."""
+        kept = self._shapes.get(id(device))
+        if kept is not None and kept[0] is device:
+            return kept[1]
+        shape = self._shape_ids.setdefault(device_shape(device), len(self._shape_ids))
+        self._shapes[id(device)] = (device, shape)
+        return shape
+
     def has_devices(self, node_name: str) -> bool:
         """Whether any slice is published for the node itself or for every/selected nodes."""
         self._index()
@@ -190,6 +203,8 @@ class DraStore:
 
     def _slices_changed(self) -> None:
         self._slices_version += 1
+        self._shapes.clear()
+        self._shape_ids.clear()
         self._by_pool = None
         self._node_pools = None
         self._shared_pools = None

@@ -42,7 +42,7 @@ def claim_devices(state: CycleState, row: int) -> dict[str, list[str]]:
     claim_state = state.data.get(NAME)
     if not isinstance(claim_state, PodClaimState):
         return {}
-    allocations = claim_state.allocations.get(row)
+    allocations = claim_state.allocations_for(row)
     if allocations is None:
         return {}
     return {
