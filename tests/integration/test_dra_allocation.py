@@ -227,3 +227,73 @@ async def test_bad_claims_get_clear_events_and_do_not_stall_other_pods(
         assert 'resourceclaim.resource.k8s.io "not-there" not found' in orphan
     for name in ("broken", "classless", "orphan"):
         assert not (await pod_json(core_api, namespace, name))["spec"].get("nodeName")
+
+
+async def test_an_incomplete_pool_and_a_claim_allocated_elsewhere_are_told_not_stalled(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """A node whose pool says it has two slices but publishes one is being updated: nothing is
+    allocated from it ("cannot allocate all claims", as kube-scheduler says). A claim allocated
+    on a node outside the pod's reach keeps the pod off every node it can reach ("resourceclaim
+    not available on the node"). A pod with a good claim is placed meanwhile."""
+    api = core_api.api_client
+    resource = client.ResourceV1Api(api)
+    [updating, good] = await make_nodes(core_api, [isolated(D8, namespace, count=2)])
+    patch = {"spec": {"pool": {"resourceSliceCount": 2}}}
+    await resource.patch_resource_slice(slice_name(updating), patch)
+    elsewhere = allocated_on(f"{namespace}-gone", "gpu-0")
+    body = resource_claim("elsewhere", namespace, gpus(1))
+    created = await resource.create_namespaced_resource_claim(namespace, body)
+    await resource.patch_namespaced_resource_claim_status(
+        "elsewhere", namespace, {"status": elsewhere}
+    )
+    assert created.metadata.name == "elsewhere"
+    await resource.create_namespaced_resource_claim(
+        namespace, resource_claim("pinned", namespace, gpus(1))
+    )
+    pinned = dra_pod(namespace, "pinned", [{"name": "gpus", "resourceClaimName": "pinned"}])
+    pinned["spec"]["nodeSelector"]["kubernetes.io/hostname"] = updating
+    stuck = dra_pod(namespace, "stuck", [{"name": "gpus", "resourceClaimName": "elsewhere"}])
+    await core_api.create_namespaced_pod(namespace, pinned)
+    await core_api.create_namespaced_pod(namespace, stuck)
+    await resource.create_namespaced_resource_claim(
+        namespace, resource_claim("fine", namespace, gpus(1))
+    )
+    fine = dra_pod(namespace, "fine", [{"name": "gpus", "resourceClaimName": "fine"}])
+    await core_api.create_namespaced_pod(namespace, fine)
+    async with running_daemon(cluster, settings_for(namespace)):
+        bound = await wait_bound(core_api, namespace, "fine")
+
+        async def note(pod: str, text: str) -> str | None:
+            events = await pod_events(api, namespace, pod)
+            found = [e["note"] for e in events if e["reason"] == "FailedScheduling"]
+            return next((n for n in found if text in n), None)
+
+        incomplete = await eventually(
+            lambda: note("pinned", "cannot allocate all claims"), what="incomplete pool event"
+        )
+        elsewhere_note = await eventually(
+            lambda: note("stuck", "resourceclaim not available on the node"),
+            what="claim allocated elsewhere event",
+        )
+    assert bound["spec"]["nodeName"] == good
+    assert incomplete.startswith("0/") and "1 cannot allocate all claims" in incomplete
+    assert "2 resourceclaim not available on the node" in elsewhere_note
+    for name in ("pinned", "stuck"):
+        assert not (await pod_json(core_api, namespace, name))["spec"].get("nodeName")
+
+
+def allocated_on(node: str, device: str) -> Json:
+    """A claim status allocating `device` of `node`'s pool, available on that node only."""
+    return {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpus", "driver": DRIVER, "pool": node, "device": device}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
