@@ -241,28 +241,36 @@ class Daemon:
 
     def _dra_informers(self, api_client: client.ApiClient) -> list[Informer]:
         """DeviceClasses, ResourceSlices, ResourceClaims and DeviceTaintRules into the cache's
-        `DraStore` (resource.k8s.io/v1; a cluster that does not serve a kind is watched for it
-        to appear, `Informer.absent`)."""
+        `DraStore` (resource.k8s.io/v1). They are optional: a cluster that does not serve a kind
+        (before Kubernetes 1.34, or DeviceTaintRules before 1.37) counts as synced without it,
+        and the informer fills its store once the kind is served."""
         resource = client.ResourceV1Api(api_client)
         store = self.cache.dra
+        optional = InformerOptions(optional=True)
         return [
             Informer(
-                "deviceclasses", resource.list_device_class, DeviceClassHandler(store, self.queue)
+                "deviceclasses",
+                resource.list_device_class,
+                DeviceClassHandler(store, self.queue),
+                optional,
             ),
             Informer(
                 "resourceslices",
                 resource.list_resource_slice,
                 ResourceSliceHandler(store, self.queue),
+                optional,
             ),
             Informer(
                 "resourceclaims",
                 resource.list_resource_claim_for_all_namespaces,
                 ResourceClaimHandler(store, self.queue),
+                optional,
             ),
             Informer(
                 "devicetaintrules",
                 list_device_taint_rules(api_client),
                 DeviceTaintRuleHandler(store, self.queue),
+                optional,
             ),
         ]
 

@@ -137,6 +137,10 @@ class InformerOptions:
     read_timeout: float = 60.0
     """Bounds the wait for list data; a watch may stay silent for its whole
     `watch_timeout_seconds` (plus `read_timeout`) before the connection counts as dead."""
+    optional: bool = False
+    """The API server may not serve the kind (resource.k8s.io/v1 before Kubernetes 1.34,
+    DeviceTaintRules before 1.37): a 404 then counts as synced with nothing in the store, and the
+    informer keeps trying quietly, filling the store once the kind is served."""
     trim: Callable[[KubeObject], KubeObject] = without_managed_fields
     """Applied to every listed or watched object before it is stored and handed to the handler
     (it may modify the object in place); it must keep metadata.name, namespace and
@@ -182,6 +186,7 @@ class Informer:
         self._watch_timeout = options.watch_timeout_seconds
         self._backoff_initial = options.backoff_initial
         self._backoff_max = options.backoff_max
+        self._optional = options.optional
         self._list_timeout = (options.connect_timeout, options.read_timeout)
         self._watch_request_timeout = (
             options.connect_timeout,
@@ -242,6 +247,8 @@ class Informer:
                     if not self.absent:
                         self._log.info("informer_resource_not_served", retry_max=self._backoff_max)
                     self.absent = True
+                    if self._optional:
+                        self.synced.set()
                 else:
                     self._log.warning(
                         "informer_reconnect", error=f"{type(error).__name__}: {error}", delay=delay

@@ -62,3 +62,22 @@ async def test_a_resource_not_served_is_said_once_then_synced_when_it_appears() 
     assert events.count("informer_resource_not_served") == 1
     assert "informer_reconnect" not in events
     assert handler.added == ["pg"] and not informer.absent
+
+
+async def test_an_optional_resource_not_served_counts_as_synced_and_fills_in_later() -> None:
+    """A DRA kind on a cluster that does not serve it must not keep the scheduler from
+    starting: an optional informer is synced at the first 404, empty, and takes the objects
+    once the kind is served."""
+    source, handler = AppearsLater(), Recorder()
+    options = InformerOptions(backoff_initial=0.001, backoff_max=0.001, optional=True)
+    informer = Informer("resourceslices", source, handler, options)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 30)
+        assert source.lists == 1 and informer.absent and len(informer) == 0
+        while not handler.added:
+            await asyncio.sleep(0.001)
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+    assert handler.added == ["pg"] and not informer.absent
