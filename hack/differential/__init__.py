@@ -1,6 +1,7 @@
 """Differential test of feasibility: gpu-scheduler's filters against kube-scheduler's.
 
     python -m hack.differential --nodes 300 --pods 500 --seed 1
+    python -m hack.differential --dra --nodes 40 --pods 300 --seed 1
 
 On a fresh local cluster (hack/localcluster, without its own kube-scheduler, Prometheus or fake
 exporter) a seeded scenario (generate.py) is installed: kwok nodes with zone/rack labels, taints,
@@ -21,6 +22,10 @@ Why this method:
   it sees the next pod, and every pod meets the same cluster. A fingerprint of the state both
   sides read, taken before and after each pod, catches a change made by anything else (the pod
   is then judged again), so such a change cannot pass for a scheduler difference.
+- `--dra` runs the same method on DRA nodes with pods that use ResourceClaims (dra_generate.py,
+  dra_ours.py, dra_run.py): the feasible sets, and when no node fits both FailedScheduling
+  messages' per-reason node counts, are compared; dra_run.py says how each pod meets the same
+  device state on both sides.
 - Differences from gpu-scheduler's NVLink policy (`nvlink-policy: required` pods) are reported as
   justified; the reference's cluster-default topology spreading is switched off because
   gpu-scheduler does not apply it (docs/compatibility.md).

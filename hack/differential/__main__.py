@@ -11,7 +11,9 @@ from pathlib import Path
 from kubernetes_asyncio import client, config
 
 from hack.differential.compare import Outcome, render, summarize
-from hack.differential.generate import generate
+from hack.differential.dra_generate import DRA_FEATURES, generate_dra
+from hack.differential.dra_run import compare_dra_pods, install_dra
+from hack.differential.generate import FEATURES, generate
 from hack.differential.reference import start_reference
 from hack.differential.run import compare_pods, install
 from hack.localcluster import ClusterConfig, LocalCluster
@@ -26,35 +28,42 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", type=Path, help="cluster folder (default: a fresh temp dir)")
     parser.add_argument("--verbose", action="store_true", help="print every pod's verdict")
+    parser.add_argument(
+        "--dra",
+        action="store_true",
+        help="DRA scenarios instead: GPUs published as ResourceSlices, pods with ResourceClaims",
+    )
     return parser
 
 
 async def _main(cluster: LocalCluster, args: argparse.Namespace) -> list[Outcome]:
-    scenario = generate(args.seed, args.nodes, args.pods)
     configuration = client.Configuration()
     await config.load_kube_config(
         config_file=str(cluster.kubeconfig), client_configuration=configuration
     )
+
+    def progress(index: int, outcome: Outcome) -> None:
+        if args.verbose or outcome.verdict == "disagree":
+            print(f"[{index + 1}/{args.pods}] {outcome.verdict}: {outcome.describe()}", flush=True)
+        elif (index + 1) % 50 == 0:
+            print(f"[{index + 1}/{args.pods}]", flush=True)
+
     async with client.ApiClient(configuration) as api:
         core = client.CoreV1Api(api)
         started = time.monotonic()
-        await install(core, scenario)
-        print(
-            f"installed {len(scenario.nodes)} nodes, {len(scenario.existing)} existing pods "
-            f"in {time.monotonic() - started:.0f} s",
-            flush=True,
-        )
+        if args.dra:
+            dra = generate_dra(args.seed, args.nodes, args.pods)
+            await install_dra(core, dra)
+            counts = f"{len(dra.nodes)} DRA nodes, {len(dra.existing)} existing pods with claims"
+        else:
+            scenario = generate(args.seed, args.nodes, args.pods)
+            await install(core, scenario)
+            counts = f"{len(scenario.nodes)} nodes, {len(scenario.existing)} existing pods"
+        print(f"installed {counts} in {time.monotonic() - started:.0f} s", flush=True)
         reference = start_reference(cluster)
-
-        def progress(index: int, outcome: Outcome) -> None:
-            if args.verbose or outcome.verdict == "disagree":
-                print(
-                    f"[{index + 1}/{args.pods}] {outcome.verdict}: {outcome.describe()}", flush=True
-                )
-            elif (index + 1) % 50 == 0:
-                print(f"[{index + 1}/{args.pods}]", flush=True)
-
         try:
+            if args.dra:
+                return await compare_dra_pods(core, reference, dra, progress)
             return await compare_pods(core, reference, scenario.candidates, progress)
         finally:
             reference.stop()
@@ -78,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ComponentError, APIError, client.ApiException, RuntimeError, TimeoutError) as error:
         print(f"python -m hack.differential: {str(error)[:2000]}", file=sys.stderr)
         return 2
-    rows = summarize(outcomes)
+    rows = summarize(outcomes, DRA_FEATURES if args.dra else FEATURES)
     sizes = [len(o.kube) for o in outcomes]
     print(
         f"\nkube-scheduler's feasible sets: {sizes.count(0)} empty, {sizes.count(1)} of one node, "
@@ -88,16 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     print(render(rows))
     disagreements = [o for o in outcomes if o.verdict == "disagree"]
     justified = [o for o in outcomes if o.verdict == "justified"]
+    known = [o for o in outcomes if o.verdict == "known"]
     for title, group in (
         ("justified (NVLink policy)", justified),
+        ("known (DynamicResources check order, reported)", known),
         ("disagreements", disagreements),
     ):
         if group:
             print(f"\n{title}:")
             for outcome in group:
                 print(outcome.describe())
+    flag = " --dra" if args.dra else ""
     print(
-        f"\n--nodes {args.nodes} --pods {args.pods} --seed {args.seed}: "
+        f"\n--nodes {args.nodes} --pods {args.pods} --seed {args.seed}{flag}: "
         f"{rows[-1].agreement:.1f} % agreement in {time.monotonic() - started:.0f} s"
     )
     return 1 if disagreements else 0

@@ -77,6 +77,7 @@ class Candidate:
 
     manifest: JsonObject
     features: tuple[str, ...]
+    claims: list[JsonObject] = field(default_factory=list)  # DRA: made just before the pod
 
     @property
     def name(self) -> str:
