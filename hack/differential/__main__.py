@@ -97,10 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     print(render(rows))
     disagreements = [o for o in outcomes if o.verdict == "disagree"]
     justified = [o for o in outcomes if o.verdict == "justified"]
-    known = [o for o in outcomes if o.verdict == "known"]
     for title, group in (
         ("justified (NVLink policy)", justified),
-        ("known (DynamicResources check order, reported)", known),
         ("disagreements", disagreements),
     ):
         if group:

@@ -43,32 +43,6 @@ def parse_fit_message(message: str) -> FitMessage | None:
     return FitMessage(int(match.group(1)), {}, body)
 
 
-NOT_AVAILABLE = "resourceclaim not available on the node"
-CANNOT_ALLOCATE = "cannot allocate all claims"
-
-
-def claim_check_order_only(kube: str, ours: str) -> bool:
-    """Whether two differing messages differ only as gpu-scheduler's DynamicResources filter
-    orders its two per-node checks: it calls a node where an allocated claim is not available
-    "resourceclaim not available on the node" without running the allocator there, where
-    kube-scheduler runs the allocator first and says "cannot allocate all claims" when that
-    fails too (dynamicresources.go Filter). Every other reason count is equal, the two together
-    describe as many nodes, and kube-scheduler's "cannot allocate" count is the larger."""
-    theirs, mine = parse_fit_message(kube), parse_fit_message(ours)
-    if theirs is None or mine is None or theirs.nodes != mine.nodes:
-        return False
-    theirs, mine = canonical(theirs), canonical(mine)
-    pair = (NOT_AVAILABLE, CANNOT_ALLOCATE)
-    rest_theirs = {r: c for r, c in theirs.reasons.items() if r not in pair}
-    rest_mine = {r: c for r, c in mine.reasons.items() if r not in pair}
-    if rest_theirs != rest_mine or theirs.text or mine.text:
-        return False
-    total = sum(theirs.reasons.get(r, 0) for r in pair)
-    return total == sum(mine.reasons.get(r, 0) for r in pair) and theirs.reasons.get(
-        CANNOT_ALLOCATE, 0
-    ) > mine.reasons.get(CANNOT_ALLOCATE, 0)
-
-
 UNTOLERATED_TAINT = "node(s) had untolerated taint"
 UNTOLERATED_TAINTS = "node(s) had untolerated taint(s)"
 
@@ -137,14 +111,10 @@ class Outcome:
         """One of "agree", "justified" (only gpu-scheduler's NVLink plugin refused the nodes
         that only kube-scheduler accepts: a strict `nvlink-policy: required`, or the narrowing
         to nodes that fit a multi-GPU pod in one NVLink domain; nothing else differs) or
-        "disagree". "known": the sets agree and the messages differ only by the order of
-        gpu-scheduler's DynamicResources checks (`claim_check_order_only`), a defect reported
-        for a fix in that plugin and listed, not failed on, until then."""
+        "disagree"."""
         if self.error:
             return "disagree"
         if self.message_difference:
-            if claim_check_order_only(self.kube_message, self.ours_message):
-                return "known"
             return "disagree"
         if self.kube == self.ours:
             return "agree"
@@ -189,7 +159,6 @@ class Row:
     agree: int
     justified: int
     disagree: int
-    known: int = 0
 
     @property
     def agreement(self) -> float:
@@ -205,7 +174,6 @@ def _row(feature: str, outcomes: Sequence[Outcome]) -> Row:
         verdicts.count("agree"),
         verdicts.count("justified"),
         verdicts.count("disagree"),
-        verdicts.count("known"),
     )
 
 
@@ -221,10 +189,7 @@ def summarize(outcomes: Sequence[Outcome], features: Sequence[str] = FEATURES) -
 
 
 def render(rows: Sequence[Row]) -> str:
-    known = any(r.known for r in rows)
     header: tuple[str, ...] = ("FEATURE", "PODS", "AGREE", "JUSTIFIED", "DISAGREE", "AGREEMENT")
-    if known:
-        header = (*header, "KNOWN")
     lines = [header] + [
         (
             r.feature,
@@ -233,7 +198,6 @@ def render(rows: Sequence[Row]) -> str:
             str(r.justified),
             str(r.disagree),
             f"{r.agreement:.1f} %",
-            *((str(r.known),) if known else ()),
         )
         for r in rows
     ]

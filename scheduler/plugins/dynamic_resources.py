@@ -307,10 +307,9 @@ class DynamicResources:
         verdicts: dict[Hashable, tuple[bool, str, DomainOccupancy | None]] = {}
         for row in np.flatnonzero(look):
             node = snapshot.cache.nodes[snapshot.names[row]]
-            if not self._available(claim_state, node.name, node.labels):
-                unavailable[row] = True
-                continue
+            available = self._available(claim_state, node.name, node.labels)
             if allocator is None:
+                unavailable[row] = not available
                 continue
             key = self.shape(store, node).signature(in_use) if grouped else None
             verdict = verdicts.get(key) if key is not None else None
@@ -328,6 +327,9 @@ class DynamicResources:
             if not fits:
                 unallocatable[row] = True
                 claim_state.reasons[int(row)] = reason or CANNOT_ALLOCATE
+            elif not available:  # upstream allocates first: its errors and verdict come first
+                unavailable[row] = True
+                claim_state.reasons[int(row)] = NOT_AVAILABLE
             elif occupancy is not None:
                 claim_state.occupancy[int(row)] = occupancy
         if allocator is not None:
