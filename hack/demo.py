@@ -16,7 +16,14 @@ Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
    of its own (`GANG_NODE`, added by the step), one of them held by another pod: the gang waits
    with nothing bound although 3 members would fit (`gpu-scheduler explain --pod-group` shows
    the plan), then binds all 4 members once that pod is deleted;
-5. kueue (only with --kueue, which alone starts Kueue, building it first if it is not cached):
+5. dra: Dynamic Resource Allocation on an 8-GPU node of its own (`hack.demo_dra.DRA_NODE`, its
+   GPUs published as a ResourceSlice of the `gpu.nvidia.com` driver, NVLink domains 0-3 and 4-7):
+   a pod holds gpu-0 through a claim selecting that GPU's UUID, then pods of 2 and 4 GPUs ask
+   through ResourceClaimTemplates, one at a time; the table shows each claim's node, the devices
+   of its status.allocation and their NVLink domain, beside kube-scheduler's first fit computed
+   at the same moment (`hack.demo_dra.first_fit`: the allocator in upstream's device order),
+   then what gpu-scheduler wrote into the last claim (finalizer, allocation, reservedFor);
+6. kueue (only with --kueue, which alone starts Kueue, building it first if it is not cached):
    Kueue (hack/localcluster/kueue.py) with docs/kueue.md's recipe on an 8-GPU node of its own
    (`KUEUE_NODE`): team-b borrows team-a's idle quota (4 x 2 GPUs), team-a submits the recipe's
    Job, Kueue preempts team-b's workload and gpu-scheduler binds team-a's pods, each inside one
@@ -37,7 +44,8 @@ NODES.yaml, when given, is a list of node specs (fields of `hack.localcluster.No
        gpu_product: NVIDIA-H200}
 
 The reclaim step adds one node of its own (`RECLAIM_NODE`, tainted so nothing else lands on it),
-the gang step four (`GANG_NODE`, likewise) when it starts.
+the gang step four (`GANG_NODE`, likewise), the dra step one (`hack.demo_dra.DRA_NODE`,
+likewise), each when it starts.
 An error before the cluster is up (a missing NODES.yaml, a bad spec) or a component that does not
 start ends the demo with one line on stderr, exit 2 or 1, as the `gpu-scheduler` command does.
 """
@@ -64,6 +72,7 @@ import yaml
 from kubernetes_asyncio import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
+from hack import demo_dra
 from hack.localcluster import (
     SEED_NODE_TYPES,
     ClusterConfig,
@@ -73,6 +82,7 @@ from hack.localcluster import (
     wait_nodes_ready,
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
+from hack.localcluster.dra import DRIVER, NVLINK_DOMAIN_IDS_ANNOTATION, slice_name
 from hack.localcluster.kueue import QUEUE_LABEL, Kueue, KueueError
 from hack.localcluster.kwok_stages import RUN_ANNOTATION, UNTIL_DELETED
 from hack.localcluster.nodes import spec_from_mapping
@@ -88,7 +98,7 @@ WORKLOADS = REPO_ROOT / "manifests" / "examples" / "workloads.yaml"
 RECLAIM_MANIFESTS = REPO_ROOT / "manifests" / "examples" / "reclaim"
 IDLE_NOTEBOOK = RECLAIM_MANIFESTS / "1-idle-notebook.yaml"
 TRAINING = RECLAIM_MANIFESTS / "2-training.yaml"
-RECLAIM_LABEL = "gpu-scheduler.io/demo-step"
+RECLAIM_LABEL = demo_dra.STEP_LABEL
 RECLAIM_NODE = NodeSpec(
     "Demo-Reclaim",
     1,
@@ -742,6 +752,106 @@ def gang(demo: Demo) -> None:
     say()
 
 
+# -- the DRA step ------------------------------------------------------------------------------
+
+DRA_TIMEOUT_SECONDS = 60.0
+"""How long the DRA step waits for each pod to be bound with its claim allocated."""
+
+
+def claim_of(pod: dict[str, Any]) -> str:
+    """The name of the claim `pod` (JSON) uses (a template's: from the pod's status, once the
+    resourceclaim controller made it); "" while there is none."""
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if entry.get("resourceClaimName"):
+            return str(entry["resourceClaimName"])
+    for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+        if entry.get("resourceClaimName"):
+            return str(entry["resourceClaimName"])
+    return ""
+
+
+def bound_claim(cluster: LocalCluster, pod: str) -> tuple[str, dict[str, Any]] | None:
+    """(node, claim JSON) once `pod` is bound and its claim allocated; None before."""
+    body = _json(cluster, "get", "pod", pod, "-n", NAMESPACE)
+    node = str((body.get("spec") or {}).get("nodeName") or "")
+    name = claim_of(body)
+    if not node or not name:
+        return None
+    claim = _json(cluster, "get", "resourceclaim", name, "-n", NAMESPACE)
+    return (node, claim) if demo_dra.allocated_devices(claim) else None
+
+
+def dra_objects(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """Every DeviceClass, ResourceSlice and ResourceClaim of the cluster, each with its kind."""
+    listed = _json(cluster, "get", "deviceclasses,resourceslices,resourceclaims", "-A")
+    items: list[dict[str, Any]] = listed.get("items", [])
+    return items
+
+
+def place_claim_pod(
+    demo: Demo, node: dict[str, Any], pod: dict[str, Any], claim: dict[str, Any]
+) -> demo_dra.ClaimRow | None:
+    """Work out kube-scheduler's first fit for `claim` (the pod's claim, or one with its
+    template's spec) on `node` as the cluster is now, apply `claim` when it is the pod's own
+    and then `pod`, and wait for the pod to be bound with its claim allocated. The table row,
+    or None (said why) when that did not happen in `DRA_TIMEOUT_SECONDS`."""
+    cluster = demo.cluster
+    name = pod["metadata"]["name"]
+    fit = demo_dra.first_fit(dra_objects(cluster), node, claim)
+    own = [claim] if "resourceClaimName" in pod["spec"]["resourceClaims"][0] else []
+    _apply(demo, f"{name}.yaml", [*own, pod])
+    poll(lambda: demo.stop() or bound_claim(cluster, name) is not None, DRA_TIMEOUT_SECONDS)
+    found = None if demo.stop() else bound_claim(cluster, name)
+    if found is None:
+        if not demo.stop():
+            say(f"dra: {name} was not bound with its claim allocated in "
+                f"{DRA_TIMEOUT_SECONDS:.0f} s; see gpu-scheduler.log in "
+                f"{cluster.log_dir}")  # fmt: skip
+        return None
+    bound_node, bound = found
+    devices = demo_dra.allocated_devices(bound)
+    return demo_dra.ClaimRow(name, bound_node, bound["metadata"]["name"], devices, fit, bound)
+
+
+def dra(demo: Demo) -> None:
+    cluster = demo.cluster
+    spec = demo_dra.DRA_NODE
+    (node,) = asyncio.run(add_nodes(cluster.kubeconfig, [spec]))
+    node_json = _json(cluster, "get", "node", node)
+    published = _json(cluster, "get", "resourceslice", slice_name(node))
+    say(f"added {node} for this step: {spec.gpus} H200 GPUs published through DRA, not as "
+        f"nvidia.com/gpu: ResourceSlice {slice_name(node)} (driver {DRIVER}, devices gpu-0.."
+        f"gpu-{spec.gpus - 1}), NVLink domains {spec.nvlink_domains} named by GPU UUID in "
+        f"{NVLINK_DOMAIN_IDS_ANNOTATION}")  # fmt: skip
+    uuid = demo_dra.device_uuid(published, "gpu-0")
+    if not uuid:
+        say(f"dra: no ResourceSlice with gpu-0 published for {node}; see kube-apiserver.log in "
+            f"{cluster.log_dir}")  # fmt: skip
+        return
+    selector = demo_dra.uuid_selector(uuid)
+    say(f"{demo_dra.HOLDER} takes gpu-0 through a claim of its own, selecting it by UUID "
+        f"({selector}); then, one at a time, {demo_dra.PAIR} asks for {demo_dra.PAIR_GPUS} "
+        f"GPUs and {demo_dra.QUAD} for {demo_dra.QUAD_GPUS}, each through a "
+        "ResourceClaimTemplate:")  # fmt: skip
+    sizes = (demo_dra.PAIR_GPUS, demo_dra.QUAD_GPUS)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    templates = [demo_dra.claim_template(NAMESPACE, n) for n in sizes]
+    _apply(demo, "dra-templates.yaml", [namespace, *templates])
+    rows: list[demo_dra.ClaimRow] = []
+    for name, claim, source in demo_dra.step_pods(NAMESPACE, selector):
+        row = place_claim_pod(demo, node_json, demo_dra.claim_pod(name, NAMESPACE, source), claim)
+        if row is None:
+            return
+        rows.append(row)
+    domains = demo_dra.node_domains(dra_objects(cluster), node_json)
+    say("the devices gpu-scheduler wrote into each claim's status.allocation, their NVLink "
+        "domain, and what kube-scheduler's first fit (the allocator in upstream's device order) "
+        "would have taken at the same moment:")  # fmt: skip
+    say(demo_dra.claim_table(rows, domains))
+    say(f"dra: {demo_dra.claim_summary(rows[-1].claim_json)}")
+    say()
+
+
 # -- the Kueue step (--kueue) --------------------------------------------------------------------
 
 KUEUE_DOC = REPO_ROOT / "docs" / "kueue.md"
@@ -1022,6 +1132,13 @@ STEPS: tuple[Step, ...] = (
         "four nodes nothing is bound; once that pod goes, all members bind together",
         gang,
     ),
+    Step(
+        "dra",
+        "GPUs through Dynamic Resource Allocation: a node publishing its GPUs as a ResourceSlice, "
+        "pods asking through ResourceClaims; gpu-scheduler allocates the devices inside one "
+        "NVLink domain where kube-scheduler's first fit would split them (docs/dra.md)",
+        dra,
+    ),
     # Further steps go here, in the order they are shown, each a Step(name, one line, function).
 )
 
@@ -1036,6 +1153,9 @@ def next_commands(demo: Demo) -> str:
             f"  {tool} explain --pod {NAMESPACE}/too-big --kubeconfig {kubeconfig}",
             f"  {tool} explain --pod-group {NAMESPACE}/{GANG} --kubeconfig {kubeconfig}",
             f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get events -n {NAMESPACE}",
+            f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get resourceclaims -n "
+            f"{NAMESPACE} -o custom-columns=NAME:.metadata.name,DEVICES:.status.allocation.devices"
+            ".results[*].device,RESERVED-FOR:.status.reservedFor[*].name",
             f"  {shown(Path(demo.kubectl))} --kubeconfig {kubeconfig} get nodes "
             "-o custom-columns=NAME:.metadata.name,TYPE:.metadata.labels.node\\.kubernetes\\.io/"
             "instance-type,GPUS:.status.allocatable.nvidia\\.com/gpu,"

@@ -1,5 +1,5 @@
-"""`make demo` brings up the cluster, walks through its steps (placement, reclaim, busy-time, gang),
-prints command lines that work as printed, and stops cleanly."""
+"""`make demo` brings up the cluster, walks through its steps (placement, reclaim, busy-time, gang,
+dra), prints command lines that work as printed, and stops cleanly."""
 
 from __future__ import annotations
 
@@ -113,6 +113,33 @@ def check_gang(lines: list[str]) -> None:
     ), done
 
 
+def check_dra(lines: list[str]) -> None:
+    """On the step's own DRA node, the holder gets gpu-0 (selected by UUID), the 2-GPU pod
+    gpu-1,gpu-2 in domain 0 (as first fit would), and the 4-GPU pod domain 1 whole where first
+    fit would have split gpu-3..gpu-6 over both domains; the last claim carries the finalizer,
+    the allocation and the reservation."""
+    section = after(lines, "step 5, dra: ")
+    assert section[0].startswith("added demo-dra-0 for this step: 8 H200 GPUs"), section[:3]
+    assert "uuid == 'GPU-" in section[1], section[:3]
+    table = after(section, "the devices gpu-scheduler wrote into each claim's status.allocation")
+    assert table[0].split() == ["POD", "NODE", "CLAIM", "DEVICES", "DOMAIN", "FIRST", "FIT",
+                                "FIRST", "FIT", "DOMAIN"]  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in table[1:4]}
+    assert rows["dra-holder"] == ["dra-holder", "demo-dra-0", "dra-holder", "gpu-0", "0",
+                                  "gpu-0", "0"]  # fmt: skip
+    pair, quad = rows["dra-pair"], rows["dra-quad"]
+    assert pair[1] == quad[1] == "demo-dra-0", table
+    assert pair[2].startswith("dra-pair-gpus-") and quad[2].startswith("dra-quad-gpus-")
+    assert pair[3:] == ["gpu-1,gpu-2", "0", "gpu-1,gpu-2", "0"], table
+    assert quad[3:] == ["gpu-4,gpu-5,gpu-6,gpu-7", "1", "gpu-3,gpu-4,gpu-5,gpu-6", "spans", "0,1"]
+    summary = table[4]
+    assert summary.startswith(f"dra: claim {quad[2]}: metadata.finalizers "
+                              "resource.kubernetes.io/delete-protection, then status.allocation "
+                              "gpu-4,gpu-5,gpu-6,gpu-7 (pool demo-dra-0 of driver gpu.nvidia.com;"
+                              " nodeSelector metadata.name In demo-dra-0) with "
+                              "status.reservedFor pods/dra-quad"), summary  # fmt: skip
+
+
 def printed_commands(lines: list[str]) -> list[str]:
     section = after(lines, "try next, from the repository root")
     return [line.strip() for line in section[: section.index("")]]
@@ -150,6 +177,12 @@ def check_commands(lines: list[str], work_dir: Path) -> None:
     assert plan.stdout.splitlines()[1].startswith(f"gang {GANG} fits: 0 member(s) placed, 4 bound")
     events = run_printed(next(c for c in commands if " get events " in c))
     assert events.returncode == 0 and "Reclaimed" in events.stdout
+    claims = run_printed(next(c for c in commands if " get resourceclaims " in c))
+    assert claims.returncode == 0, claims.stderr
+    listed = {line.split()[0]: line.split()[1:] for line in claims.stdout.splitlines()[1:]}
+    assert listed["dra-holder"] == ["gpu-0", "dra-holder"], claims.stdout
+    quad = next(row for name, row in listed.items() if name.startswith("dra-quad-gpus-"))
+    assert quad == ["gpu-4,gpu-5,gpu-6,gpu-7", "dra-quad"], claims.stdout
 
 
 def check_operations_doc(lines: list[str], work_dir: Path) -> None:
@@ -194,6 +227,7 @@ def test_demo_walks_through_its_steps_and_stops_on_ctrl_c(tmp_path: Path) -> Non
         check_reclaim(lines)
         check_busy_time(lines)
         check_gang(lines)
+        check_dra(lines)
         check_commands(lines, work_dir)
         check_operations_doc(lines, work_dir)
         demo.send_signal(signal.SIGINT)

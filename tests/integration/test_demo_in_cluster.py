@@ -17,6 +17,7 @@ from hack.localcluster.binaries import ensure_binaries
 from hack.localcluster.cluster import REPO_ROOT
 from tests.integration.test_demo import (
     check_busy_time,
+    check_dra,
     check_gang,
     check_placement,
     check_reclaim,
@@ -46,6 +47,7 @@ def test_the_demo_runs_its_steps_with_the_scheduler_in_the_cluster(tmp_path: Pat
         check_reclaim(lines)
         check_busy_time(lines)
         check_gang(lines)
+        check_dra(lines)
         # The binding came from the Deployment's pods, not from a process on the host.
         pods = subprocess.run(
             [
