@@ -5,7 +5,7 @@ from one pool; here the admin writes both allocations)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -31,7 +31,7 @@ async def allocate_by_hand(
     admin, with no scheduler involved."""
     resource = client.ResourceV1Api(api)
     await resource.create_namespaced_resource_claim(
-        namespace, resource_claim(name, namespace, one_gpu())
+        namespace, cast(Any, resource_claim(name, namespace, one_gpu()))
     )
     status = allocated(result("gpus", device, pool=node), node=node)
     del status["allocation"]["devices"]["config"]  # the claim has no config to copy
@@ -43,11 +43,11 @@ async def allocate_by_hand(
 async def test_the_leader_reports_a_device_allocated_to_two_claims(
     cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
 ) -> None:
-    api = core_api.api_client
+    api: client.ApiClient = getattr(core_api, "api_client")  # noqa: B009 (untyped attribute)
     [node] = await make_nodes(core_api, [isolated(D8, namespace)])
     for name in ("first", "second"):
         await allocate_by_hand(api, namespace, name, node, "gpu-3")
-    events = client.EventsV1Api(api)
+    events: Any = client.EventsV1Api(api)
 
     async def conflict_event() -> Json | None:
         response = await events.list_namespaced_event(

@@ -44,7 +44,7 @@ def claim(name: str, *results: dict[str, Any], pod: str | None = None) -> dict[s
 
 def store_of(*claims: dict[str, Any], node: str | None = "node-a") -> DraStore:
     store = DraStore()
-    spread = {} if node else {"allNodes": True}
+    spread: dict[str, Any] = {} if node else {"allNodes": True}
     store.put_slice(
         parse_resource_slice(resource_slice("slice-a", node=node, pool="node-a", **spread))
     )
@@ -77,9 +77,7 @@ def test_a_device_allocated_to_two_claims_is_found_with_their_pods_and_node() ->
     ]
 
 
-def test_distinct_shares_of_a_device_do_not_conflict_but_the_same_share_or_a_whole_device_does() -> (
-    None
-):
+def test_distinct_shares_do_not_conflict_but_the_same_share_or_a_whole_device_does() -> None:
     def shared(share: str) -> dict[str, Any]:
         return result("gpus", "gpu-0", shareID=share, consumedCapacity={"memory": "10Gi"})
 
