@@ -99,7 +99,8 @@ def allocation_of(device: str) -> Allocation:
 
 
 async def read_claim(api: client.ApiClient, namespace: str, name: str) -> Json:
-    response = await client.ResourceV1Api(api).read_namespaced_resource_claim(
+    resource: Any = client.ResourceV1Api(api)  # raw answers: typed as models by the client
+    response = await resource.read_namespaced_resource_claim(
         name, namespace, _preload_content=False
     )
     body: Json = json.loads(await response.read())
@@ -185,13 +186,13 @@ async def test_the_server_refuses_a_claim_allocation_of_a_replica_whose_term_is_
         "spec": {"holderIdentity": "alpha", "leaseDurationSeconds": 15, "leaseTransitions": 4},
     }
     await coordination.create_namespaced_lease(namespace, cast(Any, lease))
-    resource_admin = client.ResourceV1Api(admin)
+    resource_admin: Any = client.ResourceV1Api(admin)  # raw answers below
     for name in ("current", "paused", "late"):  # a claim and a pod, reserved for the pod
         await resource_admin.create_namespaced_resource_claim(
             namespace, cast(Any, resource_claim(name, namespace, one_gpu()))
         )
         pod = our_pod(namespace, name, 0, scheduler_name="nobody")
-        await core_api.create_namespaced_pod(namespace, pod)
+        await core_api.create_namespaced_pod(namespace, cast(Any, pod))
     configuration = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     alpha_term = lease_term(namespace, LEASE, "alpha", 4)
@@ -215,7 +216,7 @@ async def test_the_server_refuses_a_claim_allocation_of_a_replica_whose_term_is_
         refused_status = await frozen
         late = await write_claim(alpha, admin, namespace, "late", "gpu-2")
 
-        beta = client.ResourceV1Api(beta_api)
+        beta: Any = client.ResourceV1Api(beta_api)  # a raw answer below
         beta_term = lease_term(namespace, LEASE, "beta", 5)
         smuggled = await resource_admin.read_namespaced_resource_claim(
             "paused", namespace, _preload_content=False
@@ -265,9 +266,7 @@ async def test_the_server_refuses_a_claim_allocation_of_a_replica_whose_term_is_
     assert reallocated == 200
 
 
-async def admin_allocates(
-    resource: client.ResourceV1Api, namespace: str, name: str, device: str
-) -> int:
+async def admin_allocates(resource: Any, namespace: str, name: str, device: str) -> int:
     """The admin (not a replica) writes an allocation of `device`: the status of the answer."""
     status = {"allocation": allocation_json(allocation_of(device), datetime.now(UTC))}
     response = await resource.patch_namespaced_resource_claim_status(
