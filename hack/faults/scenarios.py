@@ -351,6 +351,64 @@ API_PAUSE_S = 2.0
 """How long the API server stays paused after the frozen replica wakes (`sole_leader_freeze`)."""
 
 
+SOLE_LEASE = {"leaseDurationSeconds": 8, "renewDeadlineSeconds": 5, "retryPeriodSeconds": 1}
+"""The sole leader's Lease (`sole_leader_freeze`); its bind timeout is 4 s."""
+
+
+def sole_leader_config(scene: Scene) -> dict[str, Any]:
+    config = scene.config(leader_election=True, binding={"timeoutSeconds": 4})
+    config["leaderElection"].update(SOLE_LEASE)
+    return config
+
+
+@dataclass
+class Freezes:
+    """What `freeze_rounds` did: the measured stop delays (ms) and the wall-clock moments the
+    replica was resumed."""
+
+    delays_ms: list[float] = field(default_factory=list)
+    resumed: list[float] = field(default_factory=list)
+
+
+async def freeze_rounds(
+    scene: Scene,
+    replica: SchedulerProcess,
+    probe: Callable[[int], dict[str, Any]],
+    rounds: int,
+    freezes: Freezes,
+) -> None:
+    """`rounds` times: create the pod `probe(round)`, SIGSTOP `replica` 1 to 3 ms after it logs
+    `pod_placed` (`STOP_AFTER_S`), hold it past its Lease, resume it while the API server is
+    paused for `API_PAUSE_S`, and wait until it is elected again (see `sole_leader_freeze`)."""
+
+    def elections() -> int:
+        return sum(1 for r in replica.records() if r.get("event") == "leader_elected")
+
+    async def elected_since(before: int) -> bool:
+        return elections() > before
+
+    for index in range(rounds):
+        assert replica.process is not None
+        before = elections()
+        after_s = STOP_AFTER_S[index % len(STOP_AFTER_S)]
+        pid = replica.process.pid
+        stop = asyncio.create_task(stop_on_event(replica.log_path, "pod_placed", pid, 60, after_s))
+        await asyncio.sleep(0.5)  # the watcher has reached the end of the log
+        await scene.core.create_namespaced_pod(scene.namespace, cast(Any, probe(index)))
+        delay = await stop
+        if delay is None:
+            continue  # nothing was placed
+        freezes.delays_ms.append(delay)
+        try:
+            await asyncio.sleep(SOLE_LEASE["leaseDurationSeconds"] + 3)  # past the Lease
+        finally:
+            freezes.resumed.append(time.time())
+            with paused_component(scene.cluster, "kube-apiserver"):
+                replica.resume()
+                await asyncio.sleep(API_PAUSE_S)
+        await eventually(partial(elected_since, before), 60, "the replica elected again")
+
+
 async def sole_leader_freeze(scene: Scene, pods: int, rounds: int = 3) -> Outcome:
     """One replica with leader election on (Lease 8 s, renew 5 s, retry 1 s, bind timeout 4 s),
     SIGSTOPped 1 to 3 ms after logging `pod_placed` (`STOP_AFTER_S`: its Binding waits for a
@@ -362,59 +420,29 @@ async def sole_leader_freeze(scene: Scene, pods: int, rounds: int = 3) -> Outcom
     pod that fits is bound and no GPU stays reserved for a pod not in flight (`reserved_gpus`),
     and it sent nothing between waking and being elected again (`stale_write`)."""
     await scene.churn_nodes()
-    config = scene.config(leader_election=True, binding={"timeoutSeconds": 4})
-    config["leaderElection"].update(
-        leaseDurationSeconds=8, renewDeadlineSeconds=5, retryPeriodSeconds=1
-    )
+    config = sole_leader_config(scene)
     replica = scene.launch("solo", config)
     lease = str(config["leaderElection"]["leaseName"])
     await eventually(lambda: leader(scene.api, scene.namespace, lease), 60, "the replica leading")
     await synced(replica)
     audit = scene.audit()
-    delays_ms: list[float] = []
-    resumed: list[float] = []
+    freezes = Freezes()
 
-    def elections() -> int:
-        return sum(1 for r in replica.records() if r.get("event") == "leader_elected")
-
-    async def elected_since(before: int) -> bool:
-        return elections() > before
-
-    async def freeze_loop() -> None:
-        for index in range(rounds):
-            assert replica.process is not None
-            before = elections()
-            after_s = STOP_AFTER_S[index % len(STOP_AFTER_S)]
-            pid = replica.process.pid
-            stop = asyncio.create_task(
-                stop_on_event(replica.log_path, "pod_placed", pid, 60, after_s)
-            )
-            await asyncio.sleep(0.5)  # the watcher has reached the end of the log
-            probe = gpu_pod(
-                f"freeze-{index}", 2, scene.namespace, nodeSelector={NODE_LABEL: scene.namespace}
-            )
-            await scene.core.create_namespaced_pod(scene.namespace, cast(Any, probe))
-            delay = await stop
-            if delay is None:
-                continue  # nothing was placed
-            delays_ms.append(delay)
-            try:
-                await asyncio.sleep(8 + 3)  # past the Lease
-            finally:
-                resumed.append(time.time())
-                with paused_component(scene.cluster, "kube-apiserver"):
-                    replica.resume()
-                    await asyncio.sleep(API_PAUSE_S)
-            await eventually(partial(elected_since, before), 60, "the replica elected again")
+    def probe(index: int) -> dict[str, Any]:
+        selector = {NODE_LABEL: scene.namespace}
+        return gpu_pod(f"freeze-{index}", 2, scene.namespace, nodeSelector=selector)
 
     fault = "sole leader sigstop"
     workload = scene.workload(max_live=6)  # about 15 GPUs of 32: room for each round's pod
-    violations = await churn_under_fault(audit, workload, fault, freeze_loop, pods)
+    inject = partial(freeze_rounds, scene, replica, probe, rounds, freezes)
+    violations = await churn_under_fault(audit, workload, fault, inject, pods)
     violations = [*violations, *await audit.check_reserved(fault, replica.metrics_url)]
     records = replica.records()
-    stale = [v for at in resumed for v in check_stale_writes(records, at)]
-    notes = {"delays_ms": delays_ms, "alive": replica.alive()}
-    return Outcome("sole leader SIGSTOP mid-bind", len(delays_ms), pods, violations + stale, notes)
+    stale = [v for at in freezes.resumed for v in check_stale_writes(records, at)]
+    notes = {"delays_ms": freezes.delays_ms, "alive": replica.alive()}
+    return Outcome(
+        "sole leader SIGSTOP mid-bind", len(freezes.delays_ms), pods, violations + stale, notes
+    )
 
 
 # -- the control plane ----------------------------------------------------------------------------

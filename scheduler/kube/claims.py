@@ -5,7 +5,10 @@ dynamicresources/dynamicresources.go), for each claim of a pod, before the pod's
 
 1. a claim to allocate first gets the finalizer `resource.kubernetes.io/delete-protection`
    (a write to the object itself): without it the resourceclaim controller never clears the
-   allocation once the claim is no longer used;
+   allocation once the claim is no longer used; under leader election the same write stamps
+   the claim with the Lease term of the client's write fence (annotation
+   `gpu-scheduler.io/lease-term`, as Bindings carry it; removed when the fence is unarmed), so
+   it is sent even when the finalizer is there already;
 2. then one write of the `status` subresource sets `status.allocation` (with its
    `allocationTimestamp`) and appends the pod to `status.reservedFor`; a claim allocated already
    only gets the pod appended.
@@ -17,6 +20,12 @@ another scheduler is never allocated twice by this one. The finalizer patch answ
 version, which the status patch then carries. Writing `status.allocation` and
 `status.reservedFor` needs update/patch on `resourceclaims/binding` as well as on
 `resourceclaims/status` (manifests/ grants both).
+
+The stamp is what the API server's half of the write fence judges a claim write by
+(manifests/fencing-policy.yaml, docs/reliability.md "A paused leader"): a status write only
+carries the object's stored annotations (the status strategy resets metadata), so the term a
+replica wrote with the finalizer is the one its later status write is judged in. A replica paused
+between the two writes, after another took the Lease over, has its allocation refused.
 
 `release_claim` undoes a status write after a later step failed: the pod is taken out of
 `reservedFor` and, when this scheduler allocated the claim in the same attempt and nobody else
@@ -36,6 +45,8 @@ from typing import Any, cast
 from kubernetes_asyncio import client
 
 from scheduler.kube.apierrors import APIError, api_call, expect_success
+from scheduler.kube.client import fence_of
+from scheduler.kube.fence import LEASE_TERM_ANNOTATION
 from scheduler.model.allocations import Allocation, DeviceResult
 from scheduler.model.claims import DELETE_PROTECTION_FINALIZER, ResourceClaim
 from scheduler.model.device_taints import DeviceToleration
@@ -92,11 +103,13 @@ async def allocate_and_reserve(
     (name, uid), as described in the module docstring. Returns the claim's resourceVersion after
     the writes."""
     version = claim.resource_version
-    if allocation is not None and DELETE_PROTECTION_FINALIZER not in claim.finalizers:
+    term = lease_term_of(api)
+    if allocation is not None and (term or DELETE_PROTECTION_FINALIZER not in claim.finalizers):
         patch: dict[str, Any] = {
             "metadata": {
                 "resourceVersion": version,
                 "finalizers": [DELETE_PROTECTION_FINALIZER],
+                "annotations": {LEASE_TERM_ANNOTATION: term or None},
             }
         }
         call = api.patch_namespaced_resource_claim(
@@ -119,6 +132,13 @@ async def allocate_and_reserve(
         else f"adding reservation to resourceclaim {claim.key}"
     )
     return _version(await _patch(call, what)) or version
+
+
+def lease_term_of(api: client.ResourceV1Api) -> str | None:
+    """The Lease term the write fence of `api`'s client is open for (None: unarmed, closed, or
+    a client without a fence)."""
+    fence = fence_of(getattr(api, "api_client", None))
+    return fence.term if fence is not None else None
 
 
 async def release_claim(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from hack.faults import scenarios
+from hack.faults import dra_scenarios, scenarios
 from hack.faults.scenarios import Outcome, Scene
 from hack.localcluster import LocalCluster
 
@@ -72,6 +72,18 @@ async def test_sole_leader_frozen_mid_bind_settles_its_pods_when_it_leads_again(
     outcome = await scenarios.sole_leader_freeze(scene, PODS, rounds=3)
     assert outcome.injected >= 3, f"froze {outcome.injected} times, after {outcome.notes}"
     assert max(outcome.notes["delays_ms"]) < 50, outcome.notes  # caught in the act of binding
+    assert outcome.notes["alive"]
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_sole_leader_frozen_while_writing_a_claim_settles_its_dra_pods(
+    scene: Scene,
+) -> None:
+    outcome = await dra_scenarios.sole_leader_freeze_dra(scene, PODS, rounds=3)
+    print(outcome.notes)
+    assert outcome.injected >= 3, f"froze {outcome.injected} times, after {outcome.notes}"
+    assert outcome.notes["claim_writes"] > 0, outcome.notes
+    assert outcome.notes["probes_bound"] == outcome.notes["probes"], outcome.notes
     assert outcome.notes["alive"]
     assert not outcome.violations, clean(outcome)
 
