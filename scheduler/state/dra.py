@@ -9,9 +9,10 @@ dra_manager.go) in one object:
 - `pools_for(node, labels)`: the pools a node sees (`scheduler.model.pools.gather_pools` over
   the slices of the pools that have a slice for the node or for every node), with the
   DeviceTaintRules applied as device taints; kept per node until a slice or rule changes.
-- `in_use()`: every device allocated to any claim in the cluster, plus every device of an
-  allocation in flight here: what no new allocation may take (the API server does not check
-  that a device is allocated to one claim only).
+- `in_use()`: every device allocated to any claim in the cluster (admin access results
+  aside, as upstream), plus every device of an allocation in flight here: what no new
+  allocation may take (the API server does not check that a device is allocated to one claim
+  only).
 - `assume(pod_key, allocations)`: the scheduling cycle decided these claims' allocations for the
   pod; until the informer delivers the claim allocated (the PreBind write landed) or
   `revert(pod_key)` gives them back (the binding failed), the devices count as taken and another
@@ -51,6 +52,14 @@ class _NodePools:
     labels: tuple[tuple[str, str], ...]
     pools: tuple[Pool, ...]
     slices: tuple[ResourceSlice, ...]
+
+
+def taken_devices(allocation: Allocation) -> Iterable[DeviceID]:
+    """The devices an allocation takes from others: all its results but those with admin
+    access, which kube-scheduler does not count as allocated either
+    (k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/
+    allocateddevices.go)."""
+    return (result.device_id for result in allocation.results if not result.admin_access)
 
 
 class DraStore:
@@ -155,9 +164,9 @@ class DraStore:
             taken: set[DeviceID] = set()
             for claim in self.claims.values():
                 if claim.allocation is not None:
-                    taken.update(result.device_id for result in claim.allocation.results)
+                    taken.update(taken_devices(claim.allocation))
             for flying in self._in_flight.values():
-                taken.update(result.device_id for result in flying.allocation.results)
+                taken.update(taken_devices(flying.allocation))
             self._in_use = frozenset(taken)
         return self._in_use
 

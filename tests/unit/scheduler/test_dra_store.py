@@ -193,3 +193,9 @@ def test_a_pod_without_claims_costs_nothing() -> None:
     assert pod.resource_claims is None
     assert pre_filter(pod, DraStore()) == ("", None)
     assert isinstance(PodClaimState((), ()), PodClaimState)
+
+
+def test_a_device_allocated_with_admin_access_stays_free_for_others() -> None:
+    admin = allocated(result("gpus", "gpu-0", adminAccess=True), result("gpus", "gpu-1"))
+    store = store_with(resource_claim("monitor", status=admin))
+    assert store.in_use() == {(DRIVER, "node-a", "gpu-1")}
