@@ -143,8 +143,11 @@ def test_gauge_peak_is_the_busiest_subwindow(values: FloatArray, sub_s: float) -
         times, end_s=WINDOW_S, window_s=WINDOW_S, power_w=values, subwindow_s=sub_s
     )
     assert window.power_peak_w == pytest.approx(brute_force_peak(times, values, WINDOW_S, sub_s))
+    # The peak is not bounded below by the window's mean: sub-windows slide and overlap, so
+    # samples at both edges weigh less in them than in the mean (samples 101, 100, 101 in
+    # windows of two: peak 100.5, mean 100.67), as hypothesis once found.
     assert window.power_mean_w is not None and window.power_peak_w is not None
-    assert window.power_peak_w >= window.power_mean_w - 1e-9
+    assert min(values) <= window.power_peak_w <= max(values)
 
 
 def test_energy_peak_is_the_busiest_subwindow_mean_power() -> None:
