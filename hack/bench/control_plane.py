@@ -2,7 +2,7 @@
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
         [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--tree LABEL:PATH]
-        [--features] [--settle-seconds 15] [-o json]
+        [--features | --dra] [--settle-seconds 15] [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -37,6 +37,20 @@ members (4 consecutive pods naming a scheduling.k8s.io/v1beta1 PodGroup with min
 before the run's pods, in every run; kube-scheduler's gang plugins are on through the cluster's
 GenericWorkload feature gate).
 
+With `--dra` the nodes and pods use Dynamic Resource Allocation instead (`hack.bench.dra_workload`):
+every node is a `D8` (8 H200 GPUs, NVLink domains gpu-0..3 and gpu-4..7) whose GPUs are
+published as one ResourceSlice (driver and DeviceClass `gpu.nvidia.com`); each run's namespace
+gets one ResourceClaimTemplate per GPU count (`gpus-1` .. `gpus-8`, exactly n devices of the
+class) and every pod names the template of its size (same seeded sizes, same mix); the
+resourceclaim controller makes the claims, and gpu-scheduler and kube-scheduler (DRA is GA in
+1.37: no configuration) allocate them. The ceiling there binds only: it writes no allocation
+(its pods' claims stay unallocated), so it bounds the Binding part of the work and is lower than
+what a DRA scheduler must do (a finalizer and a status write per claim, besides the Binding).
+Between runs the benchmark also waits until the namespace lists no claim. Pods asking for
+`nvidia.com/gpu` on DRA nodes (DRA extended resources) are left out: gpu-scheduler does not
+handle them yet. `--rate` works in this mode too (steady arrival); no mode deletes pods during
+a run (no churn).
+
 Pods are created by this process while the scheduler under test is already running; the pod set
 and its order are the same in every run. Between runs the pods are deleted (grace 0) and the
 benchmark waits until the namespace lists none, so each run starts on empty nodes. A run ends
@@ -58,6 +72,9 @@ Measured per run, on this process's monotonic clock:
   8), the share whose GPUs lie inside one domain: gpu-scheduler's from its `gpu-scheduler.io/gpus`
   annotation; kube-scheduler chooses nodes only, so its pods get the best choice inside the node
   it picked (`topology.occupancy.choose_gpus`, replaying each node's pods in creation order).
+  In DRA mode, both allocate: of the bound pods asking for 2 or 4 GPUs whose node still had a
+  domain with room for them, the share whose claim's allocated devices lie inside one domain
+  (`hack.bench.dra_workload.dra_quality`, replaying the allocations in bind order).
 """
 
 from __future__ import annotations
@@ -73,7 +90,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -83,6 +100,14 @@ import structlog
 import yaml
 from kubernetes_asyncio import client
 
+from hack.bench.dra_workload import (
+    AllocatedClaims,
+    create_templates,
+    dra_node_specs,
+    dra_pod_manifest,
+    dra_quality,
+    wait_claims_gone,
+)
 from hack.localcluster import (
     SEED_NODE_TYPES,
     ClusterConfig,
@@ -142,6 +167,8 @@ class Options:
     trees: tuple[tuple[str, str], ...] = ()
     """Extra gpu-scheduler runs from other checkouts of the repository: (label, path), default
     settings; e.g. the tree before a change, measured side by side with the current one."""
+    dra: bool = False
+    """DRA nodes and pods with claims from templates (`hack.bench.dra_workload`)."""
     profile: str = ""
     """When set, one more gpu-scheduler run (default settings, burst mode only, label
     "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
@@ -503,9 +530,11 @@ async def clear_namespace(
     pending: Sequence[str],
     bound: Sequence[str],
     concurrency: int,
+    before_delete: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Delete the run's pods (grace 0), the pending ones first so that no scheduler places them
-    in the room the others leave; wait until none is listed, then delete the namespace.
+    in the room the others leave; wait until none is listed (and for `before_delete`, when
+    given), then delete the namespace.
 
     One DELETE per pod: a delete-collection of thousands of pods outlasts the API server's
     request timeout."""
@@ -533,6 +562,8 @@ async def clear_namespace(
         await asyncio.sleep(0.5)
     else:
         raise TimeoutError(f"pods of {namespace} still listed after {MAX_RUN_S:.0f} s")
+    if before_delete is not None:
+        await before_delete()
     await core.delete_namespace(namespace, _preload_content=False)
     await asyncio.sleep(2.0)  # let every watcher (the schedulers' caches) catch up
 
@@ -587,10 +618,11 @@ async def run_pods(
             await expect_ok(response, f"bind {name}")
 
     kinds = feature_kinds(len(sizes), options.seed) if options.features else []
+    make_pod = dra_pod_manifest if options.dra else pod_manifest
 
     async def create(index: int) -> None:
         name = names[index]
-        manifest = pod_manifest(name, sizes[index], scheduler_name, options.node_selector)
+        manifest = make_pod(name, sizes[index], scheduler_name, options.node_selector)
         if kinds:
             with_features(manifest, index, *kinds[index])
         if rate is not None:
@@ -631,10 +663,20 @@ async def run_pods(
             samples.append((clock(), meter.cpu_seconds()))
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
+    claims = AllocatedClaims()
+    claim_informer = Informer(
+        f"bench-claims-{label}",
+        functools.partial(client.ResourceV1Api(api).list_namespaced_resource_claim, namespace),
+        claims,
+    )
     watch = asyncio.create_task(informer.run())
+    claim_watch = asyncio.create_task(claim_informer.run()) if options.dra else None
     sampler = asyncio.create_task(sample())
     try:
         await informer.synced.wait()
+        if claim_watch is not None:
+            await claim_informer.synced.wait()
+            await create_templates(api, namespace, sizes)
         await create_groups()
         cpu_start = meter.cpu_seconds() if meter is not None else 0.0
         creating = asyncio.create_task(create_all())
@@ -650,10 +692,13 @@ async def run_pods(
         for task in list(binds):
             await task
         samples.append((clock(), meter.cpu_seconds() if meter is not None else 0.0))
+        if claim_watch is not None and plan is None:
+            await claims.wait_allocated(list(seen.at), options.settle_s)
     finally:
-        for task in (watch, sampler):
+        tasks = [t for t in (watch, claim_watch, sampler) if t is not None]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(watch, sampler, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     bound = [n for n in names if n in seen.at]
     first = min(created.values())
@@ -667,11 +712,21 @@ async def run_pods(
         per_1000 = cpu_s * 1000 / len(bound) if bound else None
         peak = meter.peak_rss_mib()
     eligible = inside = 0
-    if plan is None:
-        size_of = dict(zip(names, sizes, strict=True))
+    size_of = dict(zip(names, sizes, strict=True))
+    if plan is None and options.dra:
+        order = sorted(bound, key=seen.at.__getitem__)
+        eligible, inside = dra_quality(order, size_of, seen.node, claims.devices, topologies)
+    elif plan is None:
         eligible, inside = nvlink_quality(names, size_of, seen.node, seen.gpus, topologies)
     pending = [n for n in names if n not in seen.at]
-    await clear_namespace(core, namespace, pending, bound, options.create_concurrency)
+    await clear_namespace(
+        core,
+        namespace,
+        pending,
+        bound,
+        options.create_concurrency,
+        before_delete=functools.partial(wait_claims_gone, api, namespace) if options.dra else None,
+    )
     return RunResult(
         nodes=len(topologies),
         run=label,
@@ -862,7 +917,7 @@ async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
         api = await api_client_for(str(cluster.kubeconfig))
         try:
             core = client.CoreV1Api(api)
-            specs = node_specs(node_count)
+            specs = dra_node_specs(node_count) if options.dra else node_specs(node_count)
             started = time.monotonic()
             names = await create_nodes(core, specs, concurrency=64)
             await wait_nodes_ready(core, names, timeout=NODES_READY_TIMEOUT_S)
@@ -917,6 +972,7 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 def print_table(results: Sequence[RunResult], options: Options) -> None:
     mix = ", feature mix (affinity, spread, gangs)" if options.features else ""
+    mix += ", DRA (D8 nodes, claims from templates; ceiling binds only)" if options.dra else ""
     print(
         f"{options.pods} pods{mix} (1/2/4/8 GPUs: {'/'.join(f'{m:g}' for m in options.mix)}), "
         f"seed {options.seed}, client qps {options.qps} / burst {2 * options.qps}"
@@ -991,11 +1047,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the feature mix: pod affinity, topology spread and gangs (PodGroups)",
     )
+    parser.add_argument(
+        "--dra",
+        action="store_true",
+        help="DRA nodes (D8, ResourceSlices) and pods with ResourceClaimTemplates",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
+    if args.dra and args.features:
+        parser.error("--dra and --features are separate pod sets")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -1010,6 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
         burst=not args.no_burst,
         profile=args.profile,
         features=args.features,
+        dra=args.dra,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
             (label, overrides_of(text))
