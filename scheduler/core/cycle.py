@@ -29,6 +29,7 @@ here, the loop and the cycle of one pod.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -130,6 +131,9 @@ class Scheduler(GangCycle):
                 log.exception("scheduling_cycle_failed", pod=queued.key)
                 self.metrics.error()
                 self.queue.requeue_backoff(queued)
+            # `pop` does not suspend while pods are queued: let the binding tasks (their
+            # writes have timeouts) and the informers run between two cycles of a burst.
+            await asyncio.sleep(0)
 
     def schedule_one(self, queued: QueuedPod[PodInfo]) -> None:
         """One synchronous cycle; the binding continues in a task."""
