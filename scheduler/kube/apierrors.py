@@ -81,6 +81,23 @@ class APIError(RuntimeError):
         return self.status == 429
 
 
+class PreBindError(APIError):
+    """A write the binding cycle makes before the Binding failed (about another object: a
+    volume, a claim), so the pod was not bound. Never "not found" or "already assigned" for the
+    pod's binding, whatever the object's answer; `what` names the write."""
+
+    def __init__(self, what: str, cause: APIError) -> None:
+        super().__init__(cause.status, f"{what}: {cause.message}", cause.reason)
+
+    @property
+    def not_found(self) -> bool:
+        return False
+
+    @property
+    def already_assigned(self) -> bool:
+        return False
+
+
 class APITransportError(APIError):
     """No answer (status 0)."""
 

@@ -44,7 +44,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.kube.apierrors import APIError, api_call, expect_success
+from scheduler.kube.apierrors import APIError, PreBindError, api_call, expect_success
 from scheduler.kube.client import fence_of
 from scheduler.kube.fence import LEASE_TERM_ANNOTATION
 from scheduler.model.allocations import Allocation, DeviceResult
@@ -55,19 +55,8 @@ from scheduler.model.fields import SelectorRequirement
 from scheduler.model.node_selection import NodeSelector
 
 
-class ClaimWriteError(APIError):
+class ClaimWriteError(PreBindError):
     """A PreBind write to a ResourceClaim failed (the pod was not bound)."""
-
-    def __init__(self, what: str, cause: APIError) -> None:
-        super().__init__(cause.status, f"{what}: {cause.message}", cause.reason)
-
-    @property
-    def not_found(self) -> bool:
-        return False
-
-    @property
-    def already_assigned(self) -> bool:
-        return False
 
 
 def pod_reference(name: str, uid: str) -> dict[str, str]:

@@ -17,25 +17,14 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.kube.apierrors import APIError, api_call, expect_success
+from scheduler.kube.apierrors import APIError, PreBindError, api_call, expect_success
 
 SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
 BOUND_BY_CONTROLLER_ANNOTATION = "pv.kubernetes.io/bound-by-controller"
 
 
-class VolumeBindingError(APIError):
+class VolumeBindingError(PreBindError):
     """A PreBind write failed (the pod was not bound)."""
-
-    def __init__(self, what: str, cause: APIError) -> None:
-        super().__init__(cause.status, f"{what}: {cause.message}", cause.reason)
-
-    @property
-    def not_found(self) -> bool:
-        return False
-
-    @property
-    def already_assigned(self) -> bool:
-        return False
 
 
 async def _patch(call: Any, what: str) -> None:
