@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from kubernetes_asyncio import client
@@ -49,7 +49,12 @@ from hack.differential.reference import (
     parse_bound,
     parse_scored,
 )
-from hack.differential.run import check_counts, fingerprint
+from hack.differential.run import (
+    check_counts,
+    fingerprint,
+    wait_running,
+    wait_service_accounts,
+)
 from hack.localcluster.nodes import apply_gpu_device_class, wait_nodes_ready
 from scheduler.kube.apierrors import expect_success
 
@@ -103,7 +108,7 @@ async def install_dra(core: client.CoreV1Api, scenario: DraScenario) -> None:
             template["metadata"]["namespace"], cast(Any, template)
         )
     await wait_nodes_ready(core, list(uids), timeout=300.0)
-    await _wait_service_accounts(core, scenario.namespace_names)
+    await wait_service_accounts(core, scenario.namespace_names)
     for pod, claim in zip(scenario.existing, scenario.existing_claims, strict=True):
         namespace = claim["metadata"]["namespace"]
         body = {k: v for k, v in claim.items() if k != "status"}
@@ -122,35 +127,8 @@ async def install_dra(core: client.CoreV1Api, scenario: DraScenario) -> None:
         await resource.replace_namespaced_resource_claim_status(
             claim["metadata"]["name"], namespace, current
         )
-    await _wait_running(core, scenario)
+    await wait_running(core, scenario.existing)
     await wait_settled(core, scenario, await baseline(core, scenario))
-
-
-async def _wait_service_accounts(core: client.CoreV1Api, namespaces: Sequence[str]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60.0
-    for namespace in namespaces:
-        while loop.time() < deadline:
-            accounts = await core.list_namespaced_service_account(namespace)
-            if any(a.metadata.name == "default" for a in accounts.items):
-                break
-            await asyncio.sleep(0.2)
-
-
-async def _wait_running(core: client.CoreV1Api, scenario: DraScenario) -> None:
-    wanted = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in scenario.existing}
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 120.0
-    while wanted and loop.time() < deadline:
-        pods = await _raw(core.list_pod_for_all_namespaces(_preload_content=False))
-        running = {
-            (p["metadata"]["namespace"], p["metadata"]["name"])
-            for p in pods["items"]
-            if p.get("status", {}).get("phase") == "Running"
-        }
-        if wanted <= running:
-            return
-        await asyncio.sleep(0.5)
 
 
 async def uninstall_dra(core: client.CoreV1Api, scenario: DraScenario) -> None:

@@ -69,14 +69,14 @@ async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int =
     await asyncio.gather(*(create(core.create_node(cast(Any, n))) for n in scenario.nodes))
     names = [str(n["metadata"]["name"]) for n in scenario.nodes]
     await wait_nodes_ready(core, names, timeout=300.0)
-    await _wait_service_accounts(core, scenario.namespace_names)
+    await wait_service_accounts(core, scenario.namespace_names)
     await asyncio.gather(
         *(
             create(core.create_namespaced_pod(p["metadata"]["namespace"], cast(Any, p)))
             for p in scenario.existing
         )
     )
-    await _wait_running(core, scenario)
+    await wait_running(core, scenario.existing)
     cordoned = {
         str(n["metadata"]["name"]) for n in scenario.nodes if n["spec"].get("unschedulable")
     }
@@ -94,10 +94,10 @@ async def install(core: client.CoreV1Api, scenario: Scenario, concurrency: int =
         await asyncio.sleep(0.5)
 
 
-async def _wait_running(core: client.CoreV1Api, scenario: Scenario) -> None:
-    """Wait (at most 120 s) until kwok reports every existing pod Running, so no phase changes
-    under the comparison."""
-    wanted = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in scenario.existing}
+async def wait_running(core: client.CoreV1Api, existing: Sequence[JsonObject]) -> None:
+    """Wait (at most 120 s) until kwok reports every pod of `existing` Running, so no phase
+    changes under the comparison."""
+    wanted = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in existing}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120.0
     while wanted and loop.time() < deadline:
@@ -112,7 +112,9 @@ async def _wait_running(core: client.CoreV1Api, scenario: Scenario) -> None:
         await asyncio.sleep(0.5)
 
 
-async def _wait_service_accounts(core: client.CoreV1Api, namespaces: Sequence[str]) -> None:
+async def wait_service_accounts(core: client.CoreV1Api, namespaces: Sequence[str]) -> None:
+    """Wait (at most 60 s) until each namespace has its default ServiceAccount (pods are
+    refused before)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 60.0
     for namespace in namespaces:
