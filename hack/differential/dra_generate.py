@@ -26,8 +26,10 @@
   tolerations of device taints, adminAccess, and a class that does not exist. Some pods add a
   nodeSelector or a toleration of the node taint, so failure messages mix reasons.
 
-Left out, and why: pods asking for an extended resource backed by a DeviceClass
-(`extendedResourceName`), which gpu-scheduler does not support yet; a claim that does not exist
+Some candidates ask for `nvidia.com/gpu` (1, 2, 4 or 8) and name no claim: the `gpu.nvidia.com`
+DeviceClass serves that extended resource (`extendedResourceName`), so each scheduler makes the
+pod a claim of its own on the nodes, which publish their GPUs only through DRA.
+Left out, and why: a claim that does not exist
 (kube-scheduler's PreEnqueue holds such a pod without a verdict, so there is nothing to
 compare); allocated claims reserved for nobody (kube-scheduler's PostFilter would deallocate
 them, changing the state under the comparison); consumable capacity, partitionable devices and
@@ -119,7 +121,10 @@ REQUEST_TOLERATIONS = (
     {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"},
 )
 
+EXTENDED_SHARE = 0.1
+"""Candidates that ask for `nvidia.com/gpu` instead of naming a claim."""
 DRA_FEATURES = (
+    "extended-resource",
     "claim",
     "template",
     "shared-claim",
@@ -403,11 +408,33 @@ def _claim_spec(
     return {"devices": devices}
 
 
+def _extended_candidate(rng: random.Random, namespace: str, name: str) -> Candidate:
+    """A pod asking for whole GPUs as the extended resource `nvidia.com/gpu`, no claim."""
+    gpus = str(rng.choice((1, 2, 4, 8)))
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi", dra.EXTENDED_RESOURCE: gpus},
+            "limits": {dra.EXTENDED_RESOURCE: gpus},
+        },
+    }
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "dra"}},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 0},
+    }
+    return Candidate(manifest, ("extended-resource",), [])
+
+
 def _candidate(rng: random.Random, scenario: DraScenario, index: int) -> Candidate:
     prefix = scenario.prefix
     namespace = rng.choice(scenario.namespace_names)
     admin = namespace == scenario.admin_namespace
     name = f"{prefix}-pod-{index}"
+    if rng.random() < EXTENDED_SHARE:
+        return _extended_candidate(rng, namespace, name)
     features: set[str] = set()
     pod_claims: list[JsonObject] = []
     fresh: list[JsonObject] = []

@@ -27,6 +27,7 @@ import numpy as np
 from hack.differential.ours import INVALID, UNSUPPORTED, build_cache
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.model.claims import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from scheduler.model.objects import parse_pod
 from scheduler.model.unsupported import unsupported_message
 from scheduler.plugins.dynamic_resources import DynamicResourcesError
@@ -96,8 +97,23 @@ def build_dra_cache(
     for rule in state.rules:
         DeviceTaintRuleHandler(store).on_add(rule)
     for claim in state.claims:
+        if made_for(claim, pod_uid):
+            continue  # the reference's claim for the pod's extended resources: not there before
         ResourceClaimHandler(store).on_add(as_before(claim, claim_key(claim) in own, pod_uid))
     return cache
+
+
+def made_for(claim: Mapping[str, Any], pod_uid: str) -> bool:
+    """Whether `claim` is the extended-resource claim a scheduler made for the pod `pod_uid`."""
+    metadata = claim.get("metadata") or {}
+    return (
+        bool(pod_uid)
+        and any(
+            ref.get("uid") == pod_uid and ref.get("controller")
+            for ref in metadata.get("ownerReferences") or ()
+        )
+        and (metadata.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
+    )
 
 
 def dra_verdict(pod_obj: Mapping[str, Any], cache: ClusterCache, profile: Framework) -> DraVerdict:

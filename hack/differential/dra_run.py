@@ -40,7 +40,13 @@ from kubernetes_asyncio import client
 
 from hack.differential.compare import Outcome
 from hack.differential.dra_generate import DraScenario
-from hack.differential.dra_ours import DraState, build_dra_cache, claim_key, dra_verdict
+from hack.differential.dra_ours import (
+    DraState,
+    build_dra_cache,
+    claim_key,
+    dra_verdict,
+    made_for,
+)
 from hack.differential.generate import Candidate, JsonObject
 from hack.differential.ours import framework
 from hack.differential.reference import (
@@ -186,7 +192,8 @@ def dra_fingerprint(
 ) -> tuple[object, ...]:
     """`run.fingerprint` of nodes, pods and namespaces, plus what the DRA filters read:
     classes', slices' and taint rules' specs, and every claim but the candidate's own (its
-    allocation, its reservations but the candidate's, deleting or not)."""
+    allocation, its reservations but the candidate's, deleting or not; the claim a scheduler
+    made for the candidate's extended resources is its own too)."""
     specs = tuple(
         sorted(
             json.dumps([kind, o["metadata"]["name"], o.get("spec")], sort_keys=True)
@@ -199,7 +206,11 @@ def dra_fingerprint(
         )
     )
     claims = tuple(
-        sorted(_claim_state(c, pod_uid) for c in state.claims if claim_key(c) not in own_claims)
+        sorted(
+            _claim_state(c, pod_uid)
+            for c in state.claims
+            if claim_key(c) not in own_claims and not made_for(c, pod_uid)
+        )
     )
     return (
         fingerprint(list(state.nodes), list(state.pods), list(state.namespaces), skip),

@@ -253,7 +253,7 @@ class BindingCycle:
         claim still holds them. Returns the error of a Binding refused for good (not gone,
         not bound already), else None."""
         writes = (
-            ClaimWrites(self.resource, claims, self.bind_timeout)
+            ClaimWrites(self.resource, claims, self.bind_timeout, self.core)
             if claims is not None and not claims.empty
             else None
         )

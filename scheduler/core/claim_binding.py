@@ -5,6 +5,11 @@
     await writes.write()     # before the Binding; raises ClaimWriteError on the first failure
     await writes.undo()      # after any later failure (a write, the Binding); never raises
 
+A plan for a pod whose extended resources a DeviceClass serves also creates that pod's claim
+(`scheduler.kube.extended_claims`), allocates and reserves it, and writes the pod's status naming
+it; `undo` deletes that claim (released first). A claim whose create answer was lost is found
+by the pod's next attempt, which deletes it before anything else (`STALE_EXTENDED_CLAIM`).
+
 `undo` reads back every claim a write was attempted for (an answer lost in transit may hide a
 write that landed) and, where the claim is reserved for the pod, takes the pod out of
 `reservedFor`; a claim this attempt allocated, with the allocation still the one written and no
@@ -24,6 +29,11 @@ from kubernetes_asyncio import client
 
 from scheduler.kube.apierrors import api_call, expect_success
 from scheduler.kube.claims import allocate_and_reserve, release_claim
+from scheduler.kube.extended_claims import (
+    create_extended_claim,
+    discard_extended_claim,
+    write_extended_status,
+)
 from scheduler.model.allocations import Allocation
 from scheduler.model.claims import ResourceClaim, parse_resource_claim
 from scheduler.plugins.dynamic_resources import ClaimPlan
@@ -34,14 +44,25 @@ log = structlog.get_logger("scheduler.claims")
 class ClaimWrites:
     """The writes of one `ClaimPlan` (see the module docstring)."""
 
-    def __init__(self, api: client.ResourceV1Api, plan: ClaimPlan, timeout: float) -> None:
+    def __init__(
+        self,
+        api: client.ResourceV1Api,
+        plan: ClaimPlan,
+        timeout: float,
+        core: client.CoreV1Api | None = None,
+    ) -> None:
         self.api = api
         self.plan = plan
         self.timeout = timeout
+        self.core = core
+        """For the pod's `status.extendedResourceClaimStatus` (a plan that creates a claim)."""
         self._attempted: list[tuple[ResourceClaim, Allocation | None]] = []
+        self._created: ResourceClaim | None = None
 
     async def write(self) -> None:
-        """Allocate and reserve each claim of the plan, in order. Raises `ClaimWriteError`."""
+        """Allocate and reserve each claim of the plan, in order; then create, allocate and
+        reserve the pod's extended-resource claim and write the pod's status naming it.
+        Raises `ClaimWriteError`."""
         now = datetime.now(UTC)
         pod = (self.plan.pod_name, self.plan.pod_uid)
         work: list[tuple[ResourceClaim, Allocation | None]] = [
@@ -51,9 +72,34 @@ class ClaimWrites:
         for claim, allocation in work:
             self._attempted.append((claim, allocation))
             await allocate_and_reserve(self.api, claim, allocation, pod, now, self.timeout)
+        if self.plan.create is None:
+            return
+        if self.core is None:
+            raise ValueError("a plan that creates a claim needs the core API for the pod status")
+        made, allocation = self.plan.create
+        self._created = await create_extended_claim(self.api, made.manifest, self.timeout)
+        created = self._created
+        await allocate_and_reserve(self.api, created, allocation, pod, now, self.timeout)
+        namespace = self.plan.pod_key.partition("/")[0]
+        await write_extended_status(
+            self.core, (namespace, self.plan.pod_name), created.name, made.mappings, self.timeout
+        )
 
     async def undo(self) -> None:
-        """Release what `write` may have written; logs and goes on on every failure."""
+        """Release what `write` may have written, and delete the claim it created; logs and
+        goes on on every failure."""
+        created, self._created = self._created, None
+        if created is not None:
+            try:
+                await discard_extended_claim(self.api, created, self.plan.pod_uid, self.timeout)
+                log.info("claim_deleted", pod=self.plan.pod_key, claim=created.key)
+            except Exception as error:  # the next attempt finds it and deletes it first
+                log.warning(
+                    "claim_delete_failed",
+                    pod=self.plan.pod_key,
+                    claim=created.key,
+                    error=f"{type(error).__name__}: {error}",
+                )
         for claim, allocation in reversed(self._attempted):
             try:
                 await self._release(claim, allocation)

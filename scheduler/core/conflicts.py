@@ -99,12 +99,17 @@ def _bound(state: PodState) -> bool:
 
 def find_conflicts(cache: ClusterCache) -> list[GpuConflict]:
     """Every node of `cache` with a GPU index annotated on two bound pods or more GPUs bound than
-    allocatable, sorted by node name. Pods without the annotation count only in the total."""
+    allocatable, sorted by node name. Pods without the annotation count only in the total.
+    Nodes without GPU allocatable are skipped: a pod asking for GPUs there got them through a
+    DRA claim (DeviceClass extendedResourceName), whose devices `find_device_conflicts` checks."""
     found = []
     for node in sorted(cache.pods_on_node):
         info = cache.nodes.get(node)
         if info is None:
             continue
+        allocatable = int(info.allocatable[GPU])
+        if not allocatable:
+            continue  # GPUs asked for there come from DRA claims (see `find_device_conflicts`)
         holders: dict[int, list[str]] = defaultdict(list)
         bound = 0
         for key in cache.pods_on_node[node]:
@@ -117,7 +122,6 @@ def find_conflicts(cache: ClusterCache) -> list[GpuConflict]:
         shared = tuple(
             (index, tuple(sorted(keys))) for index, keys in sorted(holders.items()) if len(keys) > 1
         )
-        allocatable = int(info.allocatable[GPU])
         if shared or bound > allocatable:
             found.append(GpuConflict(node, shared, bound, allocatable))
     return found

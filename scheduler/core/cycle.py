@@ -42,17 +42,22 @@ from scheduler.core.queue import QueueClosed, QueuedPod, SchedulingQueue
 from scheduler.framework.runtime import NO_NODE, Evaluation, Framework
 from scheduler.framework.snapshot import Snapshot
 from scheduler.gangs.tracker import GangTracker
+from scheduler.kube.claims import ClaimWriteError
+from scheduler.kube.extended_claims import discard_extended_claim
+from scheduler.model.claims import ResourceClaim
 from scheduler.model.fields import sorted_errors
 from scheduler.model.objects import PodInfo
 from scheduler.model.unsupported import NAME as UNSUPPORTED
 from scheduler.model.unsupported import unsupported_message
 from scheduler.plugins.dynamic_resources import NAME as DYNAMIC_RESOURCES
 from scheduler.plugins.dynamic_resources import (
+    STALE_EXTENDED_CLAIM,
     DynamicResourcesError,
     assume_claims,
     plan_claims,
 )
 from scheduler.plugins.dynamic_resources import pre_filter as claims_pre_filter
+from scheduler.plugins.extended_resources import gpus_delegated
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.volume_binding import NAME as VOLUME_BINDING
 from scheduler.plugins.volume_binding import assume_volumes, plan_volumes, pre_filter
@@ -64,8 +69,8 @@ log = structlog.get_logger("gpu-scheduler.core.cycle")
 def larger_than_any_node(pod: PodInfo, snapshot: Snapshot) -> str:
     """A message when the pod asks for more GPUs than any node has at all ("" otherwise): no
     eviction or scheduling can ever help, so the message says which request is too big."""
-    if pod.gpus == 0 or snapshot.node_count == 0:
-        return ""
+    if pod.gpus == 0 or snapshot.node_count == 0 or gpus_delegated(pod, snapshot.cache.dra):
+        return ""  # (a DeviceClass serving GPUs: DRA nodes offer them without allocatable)
     largest = int(snapshot.gpu_total[snapshot.valid].max())
     if pod.gpus <= largest:
         return ""
@@ -167,6 +172,8 @@ class Scheduler(GangCycle):
         if claim_problem:
             message = f"0/{snapshot.node_count} nodes are available: {claim_problem}."
             self._unschedulable(queued, message, (DYNAMIC_RESOURCES,))
+            if claim_problem == STALE_EXTENDED_CLAIM:
+                self._discard_stale_claim(pod)
             return
         too_big = larger_than_any_node(pod, snapshot)
         if too_big:
@@ -208,6 +215,22 @@ class Scheduler(GangCycle):
 
     # -- outcomes ------------------------------------------------------------------------------
 
+    def _discard_stale_claim(self, pod: PodInfo) -> None:
+        """Delete the extended-resource claim an earlier attempt of `pod` left (as upstream's
+        PostFilter does); its deletion event brings the pod back."""
+        stale = self.cache.dra.extended_claim_of(pod.uid)
+        if stale is None or stale.deleting:
+            return
+        self._tasks.spawn(self._discard(stale, pod), name=f"discard-claim:{pod.key}")
+
+    async def _discard(self, claim: ResourceClaim, pod: PodInfo) -> None:
+        try:
+            await discard_extended_claim(self.resource, claim, pod.uid, self.bind_timeout)
+        except ClaimWriteError as error:  # the pod's next attempt tries again
+            log.warning("stale_claim_delete_failed", pod=pod.key, claim=claim.key, error=str(error))
+            return
+        log.info("stale_claim_deleted", pod=pod.key, claim=claim.key)
+
     def _post_filter(self, pod: PodInfo) -> None:
         """Start a reclaim attempt in the background (it queries Prometheus and evicts); the pod
         is retried when the freed room shows up as pod deletions."""
@@ -219,7 +242,9 @@ class Scheduler(GangCycle):
 
     def _log_decision(self, pod: PodInfo, placement: Placement, evaluation: Evaluation) -> None:
         scores = evaluation.state.data.get(NVLINK)
-        components = scores.components(evaluation.chosen) if scores is not None else {}
+        components = (  # (DRA devices: `placement.devices`)
+            scores.components(evaluation.chosen) if scores is not None and placement.gpus else {}
+        )
         log.info(
             "pod_placed",
             pod=pod.key,

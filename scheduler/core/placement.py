@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from scheduler.framework.runtime import Evaluation
 from scheduler.model.objects import NVLINK_DOMAIN_ANNOTATION, PodInfo
+from scheduler.model.resources import GPU
 from scheduler.state.cache import ClusterCache
 from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN, choose_gpus
 
@@ -52,8 +53,8 @@ def place(cache: ClusterCache, pod: PodInfo, evaluation: Evaluation) -> Placemen
     """The GPUs to take on the chosen node (best NVLink domain, see `topology.occupancy`)."""
     node = cache.names[evaluation.chosen]
     score = float(evaluation.total[evaluation.chosen])
-    if pod.gpus == 0:
-        return Placement(node, (), NO_DOMAIN, score)
+    if pod.gpus == 0 or not cache.allocatable[evaluation.chosen, GPU]:
+        return Placement(node, (), NO_DOMAIN, score)  # no GPUs, or they come from DRA there
     topology = cache.nodes[node].topology
     choice = choose_gpus(topology, cache.node_gpus_used(node), pod.gpus)
     if choice is None:  # filters guarantee enough free GPUs; keep the cycle safe regardless

@@ -40,6 +40,8 @@ from scheduler.gangs.tracker import PodGroupInfo
 from scheduler.model.fields import sorted_errors
 from scheduler.model.objects import PodInfo
 from scheduler.model.unsupported import unsupported_message
+from scheduler.plugins.dynamic_resources import NAME as DYNAMIC_RESOURCES
+from scheduler.plugins.extended_resources import mapped_resources, node_delegates
 from scheduler.state.cache import ClusterCache
 from topology.occupancy import NO_DOMAIN, choose_gpus
 from topology.text import clip
@@ -117,6 +119,15 @@ def _precheck(pod: PodInfo, snapshot: Snapshot) -> str:
             "gang members with resource claims yet (spec.resourceClaims)."
         )
     return ""
+
+
+def dra_served_rows(pod: PodInfo, snapshot: Snapshot) -> npt.NDArray[np.bool_]:  # (rows,)
+    """Rows where a DeviceClass would serve one of the member's extended resources through a
+    claim (`scheduler.plugins.extended_resources`): gang members are not placed there yet."""
+    served = np.zeros(snapshot.rows, dtype=bool)  # served: (rows,)
+    for resource in mapped_resources(pod, snapshot.cache.dra):
+        served |= node_delegates(snapshot, resource)
+    return served
 
 
 @dataclass(frozen=True)
@@ -207,6 +218,17 @@ def _fill(
             continue
         evaluation = framework.evaluate(pod, snapshot, choose=False)
         feasible = evaluation.diagnosis.feasible & snapshot.valid  # feasible: (rows,)
+        served = dra_served_rows(pod, snapshot) & feasible  # served: (rows,)
+        if served.any() and not (feasible & ~served).any():
+            unplaced[pod.key] = (
+                f"{where}0/{snapshot.node_count} nodes are available: gpu-scheduler does not "
+                "place gang members on nodes that serve their extended resources through DRA "
+                "yet."
+            )
+            plugins.add(DYNAMIC_RESOURCES)
+            left -= pod.gpus
+            continue
+        feasible &= ~served
         if not feasible.any():
             message = evaluation.diagnosis.message(snapshot.valid)
             unplaced[pod.key] = f"{where}{message}" if where else message

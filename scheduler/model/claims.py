@@ -38,6 +38,9 @@ from scheduler.model.dra_fields import (
 from scheduler.model.fields import FieldError, object_at, text_of
 from topology.text import clip
 
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+"""Marks the claim a scheduler made for a pod's extended resources backed by a DeviceClass."""
+
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
 """The finalizer the allocating scheduler adds; the resourceclaim controller deallocates only
 claims that carry it."""
@@ -60,6 +63,9 @@ class ResourceClaim:
     uid: str = ""
     resource_version: str = ""
     errors: tuple[FieldError, ...] = ()
+    extended: bool = False
+    """Annotated `resource.kubernetes.io/extended-resource-claim: "true"`: made by a scheduler
+    for its controller pod's extended resources (`scheduler.dra.extended`)."""
 
     @property
     def key(self) -> str:
@@ -106,6 +112,16 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
         uid=meta.uid,
         resource_version=meta.resource_version,
         errors=bounded_errors(errors),
+        extended=_annotated_extended(obj),
+    )
+
+
+def _annotated_extended(obj: Mapping[str, Any]) -> bool:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return (
+        isinstance(annotations, Mapping)
+        and annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
     )
 
 

@@ -51,6 +51,9 @@ class DeviceClass:
     uid: str = ""
     resource_version: str = ""
     errors: tuple[FieldError, ...] = ()
+    created: str = ""
+    """metadata.creationTimestamp (RFC 3339): of two classes serving one extended resource, the
+    newer one serves it (`scheduler.state.dra.DraStore.class_for_resource`)."""
 
 
 def extended_resource_problem(name: str) -> str:
@@ -83,6 +86,7 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
         uid=meta.uid,
         resource_version=meta.resource_version,
         errors=bounded_errors(errors),
+        created=meta.created,
     )
 
 

@@ -350,6 +350,9 @@ class ObjectMeta:
     """metadata.deletionTimestamp is set."""
     finalizers: tuple[str, ...] = ()
     controller: OwnerRef | None = None
+    created: str = ""
+    """metadata.creationTimestamp as the API server writes it (RFC 3339, seconds, UTC: the
+    text orders as the time does)."""
 
 
 MAX_FINALIZERS = 32
@@ -384,6 +387,7 @@ def meta_at(obj: Mapping[str, Any], errors: list[FieldError]) -> ObjectMeta:
         deleting=metadata.get("deletionTimestamp") is not None,
         finalizers=finalizers,
         controller=controller,
+        created=text_of(metadata.get("creationTimestamp") or ""),
     )
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import structlog
 
 from scheduler.model.claims import PodClaims, pod_claim_names
+from scheduler.model.extended_requests import ContainerRequests
 from scheduler.model.fields import (
     FieldError,
     NodeSelectorTerm,
@@ -140,6 +141,8 @@ class PodInfo:
     pod_group: str = ""
     """spec.schedulingGroup.podGroupName: the PodGroup (same namespace) it is a member of, "" for
     none (see `scheduler.gangs.tracker`)."""
+    extended: tuple[ContainerRequests, ...] = ()
+    """Its containers' extended requests, which a DeviceClass may serve (DynamicResources)."""
 
     @property
     def bound(self) -> bool:
@@ -351,6 +354,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         claims=pod_claims(spec, errors),
         resource_claims=resource_claims,
         pod_group=pod_group,
+        extended=features.extended,
     )
 
 
@@ -394,15 +398,11 @@ def pod_ref(obj: Mapping[str, Any]) -> PodRef:
 
 
 POD_STATUS_KEPT = ("phase", "conditions", "startTime", "nominatedNodeName", "resourceClaimStatuses")
-
-
 """The Pod status fields an informer store keeps (`trim_pod`): what `parse_pod` and the pod
 handlers read."""
 
 
 NODE_STATUS_KEPT = ("allocatable",)
-
-
 """The Node status fields an informer store keeps (`trim_node`): what `parse_node` and the node
 handler read; conditions, images, addresses and nodeInfo go."""
 

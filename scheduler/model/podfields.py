@@ -1,11 +1,10 @@
 """Pod and node fields read by the PreEnqueue check and by NodePorts and NodeResourcesFit:
 scheduling gates, host ports and extended (scalar) resources.
 
-A leaf module: `scheduler.model.objects` calls these parsers from `parse_pod` / `parse_node`, and
-they
-import nothing from the scheduler. Like the rest of the parsing they never raise: a malformed
-field becomes a `FieldError`-shaped (field, message) pair appended to `errors` through the
-`report` callback, so the pod is reported and not scheduled until it is fixed.
+`scheduler.model.objects` calls these parsers from `parse_pod` / `parse_node`; they import only
+`scheduler.model.extended_requests` of the scheduler. Like the rest of the parsing they never
+raise: a malformed field becomes a `FieldError`-shaped (field, message) pair appended to `errors`
+through the `report` callback, so the pod is reported and not scheduled until it is fixed.
 """
 
 from __future__ import annotations
@@ -13,6 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from scheduler.model.extended_requests import (
+    ContainerRequests,
+    container_extended_requests,
+    is_dra_extended_resource_name,
+)
 
 BIND_ALL = "0.0.0.0"
 """kube-scheduler's wildcard host IP: an empty hostIP means this, and it overlaps every IP."""
@@ -109,6 +114,7 @@ class PodFeatures(NamedTuple):
     scheduling_gates: tuple[str, ...]
     host_ports: tuple[HostPort, ...]
     scalar: dict[str, int]
+    extended: tuple[ContainerRequests, ...]
 
 
 def pod_features(
@@ -117,9 +123,14 @@ def pod_features(
     known: Callable[[str], bool],
     report: Report,
 ) -> PodFeatures:
-    """Everything this module parses from one pod: gates, host ports, extended requests."""
+    """Everything this module parses from one pod: gates, host ports, extended requests (and,
+    when there are any, each container's, `scheduler.model.extended_requests`)."""
+    extended = any(
+        amount and is_dra_extended_resource_name(name) for name, amount in requests.items()
+    )
     return PodFeatures(
         scheduling_gates(spec, report),
         host_ports(spec, report),
         scalar_resources(requests, known),
+        container_extended_requests(spec) if extended else (),
     )

@@ -47,6 +47,7 @@ import numpy as np
 from scheduler.dra.allocator import AllocationError, Allocator
 from scheduler.dra.domains import DeviceDomains, device_domains
 from scheduler.dra.equivalence import NodeShape, groupable, node_shape
+from scheduler.dra.extended import ExtendedClaim
 from scheduler.dra.selectors import SelectorError, SelectorMatcher
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
@@ -54,6 +55,7 @@ from scheduler.model.allocations import MAX_RESERVED_FOR, Allocation
 from scheduler.model.claims import ResourceClaim
 from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.pools import Pool
+from scheduler.plugins.extended_resources import ExtendedClaims, mapped_resources
 from scheduler.state.dra import DraStore
 from topology.scoring import DEFAULT_WEIGHTS, ScoreWeights, normalize, score_nodes
 from topology.text import clip
@@ -61,6 +63,8 @@ from topology.text import clip
 NAME = "DynamicResources"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 CANNOT_ALLOCATE = "cannot allocate all claims"
+STALE_EXTENDED_CLAIM = "cannot schedule extended resource claim"
+"""The pod's extended-resource claim from an earlier attempt exists: it is deleted first."""
 
 
 class DynamicResourcesError(Exception):
@@ -85,9 +89,17 @@ class PodClaimState:
     allocate_row: Callable[[int], tuple[Allocation, ...] | None] | None = None
     """Allocates on one row again: for a feasible row of a group whose verdict came from
     another node (`scheduler.dra.equivalence`), whose allocations are not in `allocations`."""
+    extended: ExtendedClaims | None = None
+    """The pod's extended resources a DeviceClass serves, and its claim for them per node."""
+
+    def claims_on(self, row: int) -> tuple[ResourceClaim, ...]:
+        """The claims to allocate on node `row`: `to_allocate`, then the pod's extended-resource
+        claim for the node, if it needs one there."""
+        made = self.extended.claim_on(row) if self.extended is not None else None
+        return self.to_allocate if made is None else (*self.to_allocate, made.claim)
 
     def allocations_for(self, row: int) -> tuple[Allocation, ...] | None:
-        """The allocations of `to_allocate` on node `row` (None: it does not fit there)."""
+        """The allocations of `claims_on(row)` on node `row` (None: it does not fit there)."""
         found = self.allocations.get(row)
         if found is None and self.allocate_row is not None and row not in self.reasons:
             found = self.allocate_row(row)
@@ -138,16 +150,22 @@ class ClaimPlan:
     """Claims to allocate: the finalizer, then allocation and reservedFor in one write."""
     reserve: tuple[ResourceClaim, ...] = ()
     """Claims already allocated and not yet reserved for the pod: reservedFor only."""
+    create: tuple[ExtendedClaim, Allocation] | None = None
+    """The claim for the pod's extended resources, to create, then allocate and reserve; and
+    the pod's `status.extendedResourceClaimStatus` to write."""
 
     @property
     def empty(self) -> bool:
-        return not self.allocate and not self.reserve
+        return not self.allocate and not self.reserve and self.create is None
 
     def described(self) -> tuple[str, ...]:
         """ "claim: pool/device,pool/device" for each claim to allocate (events, logs)."""
+        allocate = [*self.allocate]
+        if self.create is not None:
+            allocate.append((self.create[0].claim, self.create[1]))
         return tuple(
             f"{claim.name}: " + ",".join(f"{r.pool}/{r.device}" for r in allocation.results)
-            for claim, allocation in self.allocate
+            for claim, allocation in allocate
         )
 
 
@@ -155,12 +173,15 @@ def pre_filter(pod: PodInfo, store: DraStore) -> tuple[str, PodClaimState | None
     """("", state) when the pod's claims can be considered on nodes, (message, None) when the
     pod must wait (for every node alike); ("", None) for a pod without claims."""
     pod_claims = pod.resource_claims
-    if pod_claims is None:
+    extended = mapped_resources(pod, store)
+    if pod_claims is None and not extended:
         return "", None
-    if pod_claims.waiting:
+    if extended and store.extended_claim_of(pod.uid) is not None:
+        return STALE_EXTENDED_CLAIM, None
+    if pod_claims is not None and pod_claims.waiting:
         return pod_claims.waiting, None
     claims: list[ResourceClaim] = []
-    for entry in pod_claims.claims:
+    for entry in pod_claims.claims if pod_claims is not None else ():
         if not entry.claim_name:
             continue  # the controller made no claim for it on purpose: nothing to allocate
         claim = store.claims.get(f"{pod.namespace}/{entry.claim_name}")
@@ -178,11 +199,11 @@ def pre_filter(pod: PodInfo, store: DraStore) -> tuple[str, PodClaimState | None
             return clip(f"resourceclaim {claim.key} has invalid fields: {problems}", 900), None
         if claim.key not in {c.key for c in claims}:
             claims.append(claim)
-    return _check_claims(pod, store, tuple(claims))
+    return _check_claims(pod, store, tuple(claims), extended)
 
 
 def _check_claims(
-    pod: PodInfo, store: DraStore, claims: tuple[ResourceClaim, ...]
+    pod: PodInfo, store: DraStore, claims: tuple[ResourceClaim, ...], extended: dict[str, str]
 ) -> tuple[str, PodClaimState | None]:
     to_allocate: list[ResourceClaim] = []
     for claim in claims:
@@ -202,6 +223,9 @@ def _check_claims(
                     )
                     return clip(message, 900), None
         to_allocate.append(claim)
+    if extended:
+        made = ExtendedClaims(pod, extended)
+        return "", PodClaimState(claims, tuple(to_allocate), extended=made)
     if not claims:
         return "", None
     return "", PodClaimState(claims, tuple(to_allocate))
@@ -286,7 +310,7 @@ class DynamicResources:
         return np.where(feasible, points, 0.0)
 
     def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
-        if pod.resource_claims is None:
+        if pod.resource_claims is None and not pod.extended:
             return []
         store = snapshot.cache.dra
         rows = snapshot.rows
@@ -300,23 +324,35 @@ class DynamicResources:
         unallocatable = np.zeros(rows, dtype=bool)  # unallocatable: (rows,)
         look = snapshot.valid if state.passed is None else state.passed & snapshot.valid
         in_use = store.in_use()
+        extended = claim_state.extended
+        if extended is not None:
+            extended.prepare(snapshot)
         allocator = (
-            Allocator(store.classes, in_use, self.matcher) if claim_state.to_allocate else None
+            Allocator(store.classes, in_use, self.matcher)
+            if claim_state.to_allocate or extended is not None
+            else None
         )
-        grouped = allocator is not None and groupable(claim_state.to_allocate, store.classes)
+        grouped = allocator is not None and groupable(
+            (*claim_state.to_allocate, *(extended.all_claims() if extended else ())),
+            store.classes,
+        )
         verdicts: dict[Hashable, tuple[bool, str, DomainOccupancy | None]] = {}
         for row in np.flatnonzero(look):
             node = snapshot.cache.nodes[snapshot.names[row]]
             available = self._available(claim_state, node.name, node.labels)
-            if allocator is None:
+            claims = claim_state.claims_on(int(row))
+            if allocator is None or not claims:
                 unavailable[row] = not available
                 continue
-            key = self.shape(store, node).signature(in_use) if grouped else None
+            key = (
+                (extended.variant_on(int(row)) if extended else (),
+                 self.shape(store, node).signature(in_use))
+                if grouped
+                else None
+            )  # fmt: skip
             verdict = verdicts.get(key) if key is not None else None
             if verdict is None:
-                found, reason, domains = self._allocate(
-                    allocator, claim_state.to_allocate, store, node
-                )
+                found, reason, domains = self._allocate(allocator, claims, store, node)
                 occupancy = None if found is None else domain_occupancy(domains, in_use, found)
                 verdict = (found is not None, reason, occupancy)
                 if found is not None:
@@ -333,9 +369,7 @@ class DynamicResources:
             elif occupancy is not None:
                 claim_state.occupancy[int(row)] = occupancy
         if allocator is not None:
-            claim_state.allocate_row = partial(
-                self._allocate_row, allocator, claim_state.to_allocate, snapshot
-            )
+            claim_state.allocate_row = partial(self._allocate_row, allocator, claim_state, snapshot)
         rejections = []
         if unavailable.any():
             rejections.append(Rejection(NOT_AVAILABLE, unavailable, False, NAME))
@@ -369,13 +403,14 @@ class DynamicResources:
     def _allocate_row(
         self,
         allocator: Allocator,
-        claims: tuple[ResourceClaim, ...],
+        claim_state: PodClaimState,
         snapshot: Snapshot,
         row: int,
     ) -> tuple[Allocation, ...] | None:
         """The allocations on node `row`, computed again (a node of a group whose verdict came
         from another node; results name the node's own pools)."""
         node = snapshot.cache.nodes[snapshot.names[row]]
+        claims = claim_state.claims_on(row)
         return self._allocate(allocator, claims, snapshot.cache.dra, node)[0]
 
     @staticmethod
@@ -395,21 +430,28 @@ def plan_claims(state: CycleState, row: int, pod: PodInfo) -> ClaimPlan | None:
     claim_state = state.data.get(NAME)
     if not isinstance(claim_state, PodClaimState):
         return None
-    allocations = claim_state.allocations_for(row) if claim_state.to_allocate else ()
+    claims = claim_state.claims_on(row)
+    allocations = claim_state.allocations_for(row) if claims else ()
     if allocations is None:  # the filters let the node through: it fits there
         raise DynamicResourcesError(f"no allocation for node row {row}")
-    allocate = tuple(zip(claim_state.to_allocate, allocations, strict=True))
+    count = len(claim_state.to_allocate)
+    allocate = tuple(zip(claim_state.to_allocate, allocations[:count], strict=True))
+    made = claim_state.extended.claim_on(row) if claim_state.extended is not None else None
+    create = None if made is None else (made, allocations[count])
     reserve = tuple(
         claim
         for claim in claim_state.claims
         if claim.allocation is not None and not claim.reserved_for_pod(pod.uid)
     )
-    return ClaimPlan(pod.key, pod.name, pod.uid, allocate, reserve)
+    return ClaimPlan(pod.key, pod.name, pod.uid, allocate, reserve, create)
 
 
 def assume_claims(store: DraStore, plan: ClaimPlan) -> None:
     """Record the plan's allocations as in flight for the pod (`ClusterCache.forget` takes them
     back)."""
+    allocate = [*plan.allocate]
+    if plan.create is not None:
+        allocate.append((plan.create[0].claim, plan.create[1]))
     store.assume(
-        plan.pod_key, {claim.key: (claim.uid, allocation) for claim, allocation in plan.allocate}
+        plan.pod_key, {claim.key: (claim.uid, allocation) for claim, allocation in allocate}
     )

@@ -5,6 +5,10 @@ passed the filters can hold it in one domain: the nodes where it would span doma
 ("node(s) would split the GPUs across NVLink domains"). Only when no feasible node can keep it
 in one domain may it span (scored lower the more domains it spans).
 
+Rows where the pod's GPUs come from DRA (`scheduler.plugins.extended_resources`: no GPU
+allocatable, nvidia.com/gpu served by a DeviceClass) are left to DynamicResources, which chooses
+and scores the devices NVLink-aware there: they are neither filtered nor narrowed here.
+
 Filter: a pod annotated `gpu-scheduler.io/nvlink-policy: required` only fits nodes where its GPUs
 lie inside one NVLink domain, or, when it asks for more GPUs than the node's largest domain
 holds, where enough whole domains are free. Pods with the default "preferred" policy may span
@@ -27,6 +31,7 @@ import numpy.typing as npt
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.model.objects import PodInfo
+from scheduler.plugins.extended_resources import gpus_delegated
 from scheduler.state.node_table import GpuStateArrays
 from topology.scoring import DEFAULT_WEIGHTS, ScoreBreakdown, ScoreWeights, normalize, score_nodes
 
@@ -45,6 +50,14 @@ def one_domain_feasible(snapshot: Snapshot, gpus: int) -> BoolArray:
     largest = size.max(axis=1)  # largest: (rows,)
     whole_free = np.where((free == size) & (size > 0), size, 0).sum(axis=1)  # (rows,)
     return np.where(gpus <= largest, in_one, whole_free >= gpus)
+
+
+def dra_gpu_rows(pod: PodInfo, snapshot: Snapshot) -> BoolArray:  # (rows,)
+    """Rows where the pod's GPUs come from DRA (no GPU allocatable, nvidia.com/gpu served by a
+    DeviceClass): DynamicResources chooses and scores the devices there."""
+    if not gpus_delegated(pod, snapshot.cache.dra):
+        return np.zeros(snapshot.rows, dtype=bool)
+    return np.asarray(snapshot.gpu_total == 0)
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,7 @@ class NVLink:
     def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
         if pod.gpus == 0 or pod.nvlink_policy != "required":
             return []
-        failed = ~one_domain_feasible(snapshot, pod.gpus)  # failed: (rows,)
+        failed = ~one_domain_feasible(snapshot, pod.gpus) & ~dra_gpu_rows(pod, snapshot)  # (rows,)
         reason = f"node(s) had no NVLink domain with {pod.gpus} free GPUs"
         return [Rejection(reason, failed, True, NAME)]
 
@@ -101,6 +114,7 @@ class NVLink:
             return []
         single = scores.by_state.single_domain_possible  # single: (states,)
         in_one = single[scores.state_of_row]  # in_one: (rows,)
+        feasible = feasible & ~dra_gpu_rows(pod, snapshot)  # feasible: (rows,)
         if not (feasible & in_one).any():
             return []
         failed = feasible & ~in_one  # failed: (rows,)

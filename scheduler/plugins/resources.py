@@ -10,6 +10,9 @@ containers, sidecars, pod-level resources, overhead).
 Extended resources have no columns in the cache: few pods ask for them, so their free amount is
 derived from the cache's nodes and pods when such a pod is filtered, and kept until the cache
 changes (`ClusterCache.generation`). Pods without extended requests skip this entirely.
+
+An extended resource a DeviceClass serves is left to DynamicResources on the nodes that have
+none of it allocatable (`scheduler.plugins.extended_resources`), as kube-scheduler 1.37 does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from scheduler.framework.interface import CycleState, Rejection
 from scheduler.framework.snapshot import Snapshot
 from scheduler.model.objects import PodInfo
 from scheduler.model.resources import PODS, RESOURCES
+from scheduler.plugins.extended_resources import mapped_resources, node_delegates
 from scheduler.state.cache import ClusterCache
 from topology.text import clip
 
@@ -75,9 +79,12 @@ class NodeResourcesFit:
 
     def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
         free = snapshot.free  # free: (rows, resources)
+        mapped = mapped_resources(pod, snapshot.cache.dra)
         rejections = []
         for index in np.flatnonzero(pod.requests > 0):
             failed = free[:, index] < pod.requests[index]  # failed: (rows,)
+            if RESOURCES[index] in mapped:
+                failed &= ~node_delegates(snapshot, RESOURCES[index])
             if index == PODS or failed.any():
                 rejections.append(
                     Rejection(insufficient_reason(RESOURCES[index]), failed, True, NAME)
@@ -90,8 +97,12 @@ class NodeResourcesFit:
                     failed = mig_free[:, column] < amount  # failed: (rows,)
                 else:
                     failed = np.ones(snapshot.rows, dtype=bool)  # failed: (rows,)
+                if resource in mapped:
+                    failed &= ~node_delegates(snapshot, resource)
                 rejections.append(Rejection(insufficient_reason(resource), failed, True, NAME))
         for resource, amount in pod.scalar.items():
             failed = self._scalar.free(snapshot.cache, resource) < amount  # failed: (rows,)
+            if resource in mapped:
+                failed &= ~node_delegates(snapshot, resource)
             rejections.append(Rejection(insufficient_reason(resource), failed, True, NAME))
         return rejections

@@ -26,7 +26,9 @@ done by this process):
 - add_pod for an assumed pod bound on its node confirms it (its GPU indices stay the ones
   chosen); bound on another node, the informer's view replaces it; finished, it is removed. For
   any other bound pod it adds it, taking the GPU indices from its `gpu-scheduler.io/gpus`
-  annotation, or from the documented fill order of `topology.occupancy` when it has none.
+  annotation, or from the documented fill order of `topology.occupancy` when it has none. On a
+  node with no GPU allocatable, a pod asking for nvidia.com/gpu holds no GPU index and no GPU
+  of the row: a DeviceClass serves its GPUs through DRA (its claim holds the devices).
 - remove_pod: the informer saw the pod deleted (a watch DELETED event, or a relist that no
   longer lists it); assumed or not, its resources are given back.
 
@@ -51,6 +53,7 @@ import numpy as np
 import structlog
 
 from scheduler.model.objects import NodeInfo, PodInfo
+from scheduler.model.resources import GPU
 from scheduler.model.volumes import VolumeStore
 from scheduler.state.dra import DraStore
 from scheduler.state.node_table import NodeTable
@@ -127,7 +130,11 @@ class ClusterCache(NodeTable):
     # -- pods ----------------------------------------------------------------------------------
 
     def _charge(self, row: int, state: PodState, sign: int) -> None:
-        self.requested[row] += sign * state.info.requests
+        requests = state.info.requests
+        if state.info.gpus and not self.allocatable[row, GPU]:
+            requests = requests.copy()  # GPUs from DRA: its claim holds them, not the row
+            requests[GPU] = 0
+        self.requested[row] += sign * requests
         self.free[row] = self.allocatable[row] - self.requested[row]
         for resource, amount in state.info.mig.items():
             mig_column = self._mig_column(resource)  # may widen the arrays: index after
@@ -146,7 +153,7 @@ class ClusterCache(NodeTable):
 
     def _pick_gpus(self, row: int, pod: PodInfo, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
         node = self.nodes[self.names[row]]
-        count = pod.gpus
+        count = pod.gpus if self.allocatable[row, GPU] else 0
         if count == 0:
             return ()
         used = self.gpu_used[row, : node.topology.gpu_count]  # used: (gpus,)
@@ -203,6 +210,9 @@ class ClusterCache(NodeTable):
 
     def _short_of_gpus(self, node: str) -> bool:
         """Whether a pod on `node` holds fewer GPU indices than it asks for (overcommit)."""
+        row = self.row_of.get(node)
+        if row is None or not self.allocatable[row, GPU]:
+            return False  # no device-plugin GPUs: pods asking for GPUs got them through DRA
         return any(
             len(self.pods[key].gpus) < self.pods[key].info.gpus
             for key in self.pods_on_node.get(node, ())

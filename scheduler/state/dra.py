@@ -13,8 +13,14 @@ dra_manager.go) in one object:
   aside, as upstream), plus every device of an allocation in flight here: what no new
   allocation may take (the API server does not check that a device is allocated to one claim
   only).
+- `class_for_resource(name)`: the DeviceClass serving an extended resource (its
+  `extendedResourceName`, or `deviceclass.resource.kubernetes.io/<class>`; of two classes naming
+  the same resource the newer serves it, on a tie the smaller name, as
+  k8s.io/dynamic-resource-allocation@v0.37.2 deviceclass/extendedresourcecache does), and
+  `extended_claim_of(pod_uid)`: the claim made for a pod's extended resources.
 - `assume(pod_key, allocations)`: the scheduling cycle decided these claims' allocations for the
-  pod; until the informer delivers the claim allocated (the PreBind write landed) or
+  pod (an extended-resource claim under its in-memory name, `scheduler.dra.extended`); until the
+  informer delivers the claim allocated (the PreBind write landed) or
   `revert(pod_key)` gives them back (the binding failed), the devices count as taken and another
   pod sharing the claim waits ("is in the process of being allocated").
 
@@ -27,10 +33,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from scheduler.dra.equivalence import device_shape
+from scheduler.dra.extended import GENERATE_NAME_SUFFIX
 from scheduler.model.allocations import Allocation
 from scheduler.model.claims import ResourceClaim
 from scheduler.model.device_classes import DeviceClass, DeviceTaintRule, with_taint_rules
 from scheduler.model.devices import Device, ResourceSlice
+from scheduler.model.extended_requests import DEVICE_CLASS_RESOURCE_PREFIX
 from scheduler.model.pools import Pool, PoolID, gather_pools
 
 DeviceID = tuple[str, str, str]
@@ -79,15 +87,20 @@ class DraStore:
         self._in_use: frozenset[DeviceID] | None = None
         self._shapes: dict[int, tuple[Device, int]] = {}
         self._shape_ids: dict[str, int] = {}
+        self._resource_classes: dict[str, str] | None = None
+        self._extended_claims: dict[str, str] = {}
+        """Pod uid -> the key of the extended-resource claim it controls."""
 
     # -- informer input --------------------------------------------------------------------------
 
     def put_class(self, device_class: DeviceClass) -> bool:
         old = self.classes.get(device_class.name)
         self.classes[device_class.name] = device_class
+        self._resource_classes = None
         return old != device_class
 
     def drop_class(self, name: str) -> bool:
+        self._resource_classes = None
         return self.classes.pop(name, None) is not None
 
     def put_slice(self, resource_slice: ResourceSlice) -> bool:
@@ -122,6 +135,11 @@ class DraStore:
         counts) or replaced by another object of the same name."""
         old = self.claims.get(claim.key)
         self.claims[claim.key] = claim
+        if claim.extended and claim.controller is not None and claim.controller.kind == "Pod":
+            self._extended_claims[claim.controller.uid] = claim.key
+            if claim.allocation is not None:  # the in-memory claim it was made from is written
+                in_memory = f"{claim.namespace}/{claim.controller.name}{GENERATE_NAME_SUFFIX}"
+                self._in_flight.pop(in_memory, None)
         flying = self._in_flight.get(claim.key)
         if flying is not None and (claim.allocation is not None or claim.uid != flying.claim_uid):
             del self._in_flight[claim.key]
@@ -131,7 +149,37 @@ class DraStore:
     def drop_claim(self, key: str) -> bool:
         self._in_flight.pop(key, None)
         self._in_use = None
-        return self.claims.pop(key, None) is not None
+        claim = self.claims.pop(key, None)
+        owner = claim.controller.uid if claim is not None and claim.controller else None
+        if owner is not None and self._extended_claims.get(owner) == key:
+            del self._extended_claims[owner]
+        return claim is not None
+
+    # -- extended resources ----------------------------------------------------------------------
+
+    def class_for_resource(self, name: str) -> str | None:
+        """The DeviceClass serving extended resource `name` (see the module docstring)."""
+        if self._resource_classes is None:
+            newest: dict[str, DeviceClass] = {}
+            for device_class in self.classes.values():
+                if device_class.extended_resource_name:
+                    kept = newest.get(device_class.extended_resource_name)
+                    if kept is None or (device_class.created, kept.name) > (
+                        kept.created,
+                        device_class.name,
+                    ):
+                        newest[device_class.extended_resource_name] = device_class
+            found = {resource: c.name for resource, c in newest.items()}
+            for class_name in self.classes:
+                found[DEVICE_CLASS_RESOURCE_PREFIX + class_name] = class_name
+            self._resource_classes = found
+        return self._resource_classes.get(name)
+
+    def extended_claim_of(self, pod_uid: str) -> ResourceClaim | None:
+        """The claim annotated as made for the extended resources of the pod with `pod_uid`
+        (its controller owner), if the informer has delivered one."""
+        key = self._extended_claims.get(pod_uid)
+        return self.claims.get(key) if key is not None else None
 
     # -- in flight -------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from scheduler.framework.snapshot import Snapshot
 from scheduler.kube.claims import list_dra_objects
 from scheduler.model.objects import parse_node, parse_pod
 from scheduler.model.unsupported import unsupported_reasons
+from scheduler.plugins.extended_resources import mapped_resources
 from scheduler.plugins.node_affinity import NAME as AFFINITY
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.nvlink import NVLink
@@ -136,7 +137,7 @@ def explain(
                 "score": round(float(evaluation.total[row]), 2) if ok else None,
             }
         )
-        if pod.resource_claims is not None:
+        if pod.resource_claims is not None or mapped_resources(pod, cache.dra):
             rows[-1]["devices"] = claim_devices(evaluation.state, int(row)) if ok else {}
     rows.sort(key=lambda r: (not r["feasible"], -(r["score"] or 0.0), r["node"]))
     return rows

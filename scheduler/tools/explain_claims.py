@@ -38,16 +38,18 @@ def add_dra_objects(cache: ClusterCache, objects: Iterable[Mapping[str, Any]]) -
 
 def claim_devices(state: CycleState, row: int) -> dict[str, list[str]]:
     """Claim name -> the devices ("driver/pool/device") DynamicResources allocates on node
-    `row` for each claim it would allocate; {} for a pod without claims to allocate."""
+    `row` for each claim it would allocate (the claim for the pod's extended resources under its
+    in-memory name, `<pod>-extended-resources-`); {} for a pod without claims to allocate."""
     claim_state = state.data.get(NAME)
     if not isinstance(claim_state, PodClaimState):
         return {}
-    allocations = claim_state.allocations_for(row)
+    claims = claim_state.claims_on(row)
+    allocations = claim_state.allocations_for(row) if claims else None
     if allocations is None:
         return {}
     return {
         claim.name: [f"{r.driver}/{r.pool}/{r.device}" for r in allocation.results]
-        for claim, allocation in zip(claim_state.to_allocate, allocations, strict=True)
+        for claim, allocation in zip(claims, allocations, strict=True)
     }
 
 

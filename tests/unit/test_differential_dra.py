@@ -64,9 +64,16 @@ def test_generated_objects_keep_to_what_the_api_server_accepts_and_the_scenario_
     assert not any(devices[h].get("taints") for h in held)
     assert all(c["status"]["allocation"]["allocationTimestamp"] for c in scenario.existing_claims)
     templates = {t["metadata"]["name"]: t for t in scenario.templates}
+    extended = [c for c in scenario.candidates if "extended-resource" in c.features]
+    assert 0 < len(extended) < len(scenario.candidates) // 4
+    for candidate in extended:  # nvidia.com/gpu, requests equal to limits, no claim
+        assert not candidate.claims and "resourceClaims" not in candidate.manifest["spec"]
+        [container] = candidate.manifest["spec"]["containers"]
+        amounts = container["resources"]
+        assert amounts["requests"]["nvidia.com/gpu"] == amounts["limits"]["nvidia.com/gpu"]
     for candidate in scenario.candidates:
         specs = [c["spec"] for c in candidate.claims]
-        for entry in candidate.manifest["spec"]["resourceClaims"]:
+        for entry in candidate.manifest["spec"].get("resourceClaims", ()):
             if "resourceClaimTemplateName" in entry:
                 template = templates[entry["resourceClaimTemplateName"]]
                 assert template["metadata"]["namespace"] == candidate.namespace

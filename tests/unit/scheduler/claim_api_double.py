@@ -55,8 +55,36 @@ class FakeResourceV1:
     gate: asyncio.Event | None = None
     """When set, status writes wait for it."""
 
+    create_outcomes: list[ClaimOutcome] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    """Keys of the claims deleted."""
+
     def claim(self, key: str) -> Json:
         return self.claims[key]
+
+    async def create_namespaced_resource_claim(
+        self, namespace: str, body: Json, **_: Any
+    ) -> FakeResponse:
+        """Stores `body` under a name made from its generateName (as the API server does)."""
+        refused = _scripted(self.create_outcomes)
+        if refused is not None:
+            return refused
+        created = copy.deepcopy(body)
+        metadata = created["metadata"]
+        metadata["name"] = f"{metadata.pop('generateName', '')}x{len(self.claims)}"
+        metadata.update(uid=f"uid-{metadata['name']}", resourceVersion="1")
+        self.claims[f"{namespace}/{metadata['name']}"] = created
+        self.writes.append(("create", f"{namespace}/{metadata['name']}", body))
+        return FakeResponse.json(201, copy.deepcopy(created))
+
+    async def delete_namespaced_resource_claim(
+        self, name: str, namespace: str, **_: Any
+    ) -> FakeResponse:
+        key = f"{namespace}/{name}"
+        if self.claims.pop(key, None) is None:
+            return FakeResponse(404, "not found")
+        self.deleted.append(key)
+        return FakeResponse.json(200, {})
 
     async def read_namespaced_resource_claim(
         self, name: str, namespace: str, **_: Any

@@ -53,3 +53,30 @@ def test_explain_shows_the_devices_each_node_would_allocate(
     assert rows["d8-1"]["feasible"] is False
     assert rows["d8-1"]["devices"] == {}
     assert rows["d8-1"]["reasons"] == ["cannot allocate all claims"]
+
+
+def test_explain_shows_the_devices_of_an_extended_resource_claim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod asking for nvidia.com/gpu on a DRA node: the claim gpu-scheduler would make."""
+    items = [gpu_device_class(), node_manifest(D8, "d8-0")]
+    items.append(node_resource_slice("d8-0", "uid-d8-0", D8.gpu_model(), 8))
+    taken = [result("gpus", "gpu-0", pool="d8-0")]
+    items.append(resource_claim("held", "demo", status=allocated(*taken, node="d8-0")))
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "demo", "uid": "uid-p"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 2}}}]},
+    }
+    pod_file = tmp_path / "pod.yaml"
+    pod_file.write_text(yaml.safe_dump(pod))
+    argv = ["explain", "--pod-file", str(pod_file), "--cluster", str(cluster), "-o", "json"]
+    assert main(argv) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["feasible"] is True
+    assert row["devices"] == {
+        "p-extended-resources-": [f"{DRIVER}/d8-0/gpu-1", f"{DRIVER}/d8-0/gpu-2"]
+    }
