@@ -339,6 +339,19 @@ class SchedulingQueue(Generic[T]):
             self.moves[event] += len(moved)
         return len(moved)
 
+    def move_matching(self, event: str, wanted: Callable[[QueuedPod[T]], bool]) -> int:
+        """As `move_all_to_active_or_backoff`, but only the unschedulable pods for which `wanted`
+        holds move (kube-scheduler's queueing hints: an event moves the pods it may help). Pods
+        in flight still count as having seen a move request. Returns how many pods moved."""
+        self._move_request_cycle = self._scheduling_cycle
+        moved = [pod for pod in self._unschedulable.values() if wanted(pod)]
+        for pod in moved:
+            del self._unschedulable[pod.key]
+            self._to_active_or_backoff(pod)
+        if moved:
+            self.moves[event] += len(moved)
+        return len(moved)
+
     def flush_backoff(self) -> int:
         """Move pods whose backoff has expired to activeQ; returns how many moved."""
         now = self._clock()

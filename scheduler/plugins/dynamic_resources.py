@@ -57,10 +57,11 @@ from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.pools import Pool
 from scheduler.plugins.extended_resources import ExtendedClaims, mapped_resources
 from scheduler.state.dra import DraStore
+from scheduler.state.dra_handlers import DYNAMIC_RESOURCES
 from topology.scoring import DEFAULT_WEIGHTS, ScoreWeights, normalize, score_nodes
 from topology.text import clip
 
-NAME = "DynamicResources"
+NAME = DYNAMIC_RESOURCES
 NOT_AVAILABLE = "resourceclaim not available on the node"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 STALE_EXTENDED_CLAIM = "cannot schedule extended resource claim"
@@ -327,6 +328,8 @@ class DynamicResources:
         extended = claim_state.extended
         if extended is not None:
             extended.prepare(snapshot)
+            if not claim_state.claims:  # only its extended resources: rows that serve them
+                look = look & extended.delegated_rows()
         allocator = (
             Allocator(store.classes, in_use, self.matcher)
             if claim_state.to_allocate or extended is not None

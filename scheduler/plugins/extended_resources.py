@@ -81,6 +81,7 @@ class ExtendedClaims:
         self.pod = pod
         self.classes = classes
         self._delegates: dict[str, BoolArray] = {}  # resource -> (rows,)
+        self._any: BoolArray = np.zeros(0, dtype=bool)  # (rows,) after `prepare`
         self._claims: dict[tuple[str, ...], ExtendedClaim | None] = {}
 
     def prepare(self, snapshot: Snapshot) -> None:
@@ -88,6 +89,13 @@ class ExtendedClaims:
         self._delegates = {
             resource: node_delegates(snapshot, resource) for resource in self.classes
         }
+        self._any = np.zeros(snapshot.rows, dtype=bool)  # _any: (rows,)
+        for delegates in self._delegates.values():
+            self._any |= delegates
+
+    def delegated_rows(self) -> BoolArray:  # (rows,)
+        """Rows that leave at least one of the resources to DRA (after `prepare`)."""
+        return self._any
 
     def variant_on(self, row: int) -> tuple[str, ...]:
         """The resources node `row` leaves to DRA, sorted."""

@@ -40,6 +40,10 @@ class Requeue:
         self.events.append(event)
         return 0
 
+    def move_matching(self, event: str, wanted: object) -> int:
+        self.events.append(event)
+        return 0
+
 
 def store_with(*claims: dict[str, Any], classes: tuple[str, ...] = (DRIVER,)) -> DraStore:
     store = DraStore()
