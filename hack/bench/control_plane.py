@@ -1,8 +1,8 @@
 """gpu-scheduler against kube-scheduler on one real control plane, beside a bare binding loop.
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
-        [--rate 50,100] [--no-burst] [--variant LABEL:KEY=VALUE,...] [--tree LABEL:PATH]
-        [--features | --dra] [--settle-seconds 15] [-o json]
+        [--rate 50,100] [--lifetime SECONDS] [--no-burst] [--variant LABEL:KEY=VALUE,...]
+        [--tree LABEL:PATH] [--features | --dra] [--settle-seconds 15] [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -48,14 +48,23 @@ resourceclaim controller makes the claims, and gpu-scheduler and kube-scheduler 
 what a DRA scheduler must do (a finalizer and a status write per claim, besides the Binding).
 Between runs the benchmark also waits until the namespace lists no claim. Pods asking for
 `nvidia.com/gpu` on DRA nodes (DRA extended resources) are left out: gpu-scheduler does not
-handle them yet. `--rate` works in this mode too (steady arrival); no mode deletes pods during
-a run (no churn).
+handle them yet. `--rate` works in this mode too (steady arrival).
+
+Churn, `--lifetime L` (meant with `--rate R`, in either pod set): every pod of a gpu-scheduler or
+kube-scheduler run is deleted (grace 0) L seconds after this process saw it bound, while the
+others keep arriving (`hack.bench.churn.Reaper`), so that schedulers place pods into room freed
+by others and fragmented by earlier choices. By Little's law about R * (L + latency) pods are
+live at once; `hack.bench.churn` says how to choose R and L for a load near capacity
+(`--dra --nodes 200 --rate 10 --lifetime 55`: about 89 % of the 1,600 GPUs). No ceiling run under
+churn (its plan binds each pod once, into room that only shrinks). The table adds the pods
+deleted during the run and the most GPUs held at once.
 
 Pods are created by this process while the scheduler under test is already running; the pod set
 and its order are the same in every run. Between runs the pods are deleted (grace 0) and the
 benchmark waits until the namespace lists none, so each run starts on empty nodes. A run ends
-when every pod is bound, or when no pod was bound for `--settle-seconds` after the last one was
-created; pods still unbound are reported as pending
+when every pod is bound (under churn: was bound, some since deleted), or when no pod was bound
+for `--settle-seconds` after the last one was created; pods still unbound are reported as
+pending
 (1,000 nodes hold 4,664 GPUs; 5,000 pods of this mix ask for about 13,000).
 
 Measured per run, on this process's monotonic clock:
@@ -75,6 +84,10 @@ Measured per run, on this process's monotonic clock:
   In DRA mode, both allocate: of the bound pods asking for 2 or 4 GPUs whose node still had a
   domain with room for them, the share whose claim's allocated devices lie inside one domain
   (`hack.bench.dra_workload.dra_quality`, replaying the allocations in bind order).
+  Under churn both replays also give GPUs back (`hack.bench.churn.timeline`): a DRA pod's devices
+  when this process's claim watch sees its claim's allocation gone (which is when the schedulers
+  can see them free; the pod's deletion comes earlier), a plain pod's GPUs when the pod watch sees
+  it deleted; the plain replay then follows the bind order instead of the creation order.
 """
 
 from __future__ import annotations
@@ -100,6 +113,7 @@ import structlog
 import yaml
 from kubernetes_asyncio import client
 
+from hack.bench.churn import Reaper, Step, bind_steps, peak_held, timeline
 from hack.bench.dra_workload import (
     AllocatedClaims,
     create_templates,
@@ -172,6 +186,9 @@ class Options:
     profile: str = ""
     """When set, one more gpu-scheduler run (default settings, burst mode only, label
     "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
+    lifetime: float | None = None
+    """Churn: each pod is deleted (grace 0) this many seconds after it was seen bound, while
+    the others keep arriving (`hack.bench.churn`); no ceiling run then."""
 
     def modes(self) -> list[float | None]:
         """The arrival modes to run, in order: None is the burst, a number a steady rate."""
@@ -202,6 +219,10 @@ class RunResult:
     one_domain_pods: int
     one_domain_pct: float | None
     mode: str = "burst"
+    deleted: int = 0
+    """Pods deleted during the run (churn)."""
+    peak_gpus: int = 0
+    """The most GPUs held at once by the run's bound pods (all of them without churn)."""
 
 
 # -- the cluster and the pod set ---------------------------------------------------------------
@@ -383,7 +404,7 @@ def plan_bindings(sizes: Sequence[int], capacity: Sequence[tuple[str, int]]) -> 
 
 
 def nvlink_quality(
-    order: Sequence[str],
+    steps: Sequence[Step],
     sizes: Mapping[str, int],
     nodes: Mapping[str, str],
     annotated: Mapping[str, str | None],
@@ -391,18 +412,29 @@ def nvlink_quality(
 ) -> tuple[int, int]:
     """(bound pods a domain could hold asking for more than one GPU, those inside one domain).
 
-    Pods are replayed per node in `order`; a pod's GPUs are its annotation's when it has one,
-    else the best choice among the node's GPUs still free (`choose_gpus`).
+    Pods are replayed per node in the order of `steps` (`hack.bench.churn`): at its bind a pod
+    takes its annotation's GPUs when it has one, else the best choice among the node's GPUs
+    still free (`choose_gpus`); at its release it gives them back.
     """
     largest = max((len(d) for t in topologies.values() for d in t.domains), default=0)
-    used: dict[str, np.ndarray] = {}
+    holders: dict[str, dict[str, tuple[int, ...]]] = {}
+    released: set[str] = set()
     eligible = inside = 0
-    for name in order:
+    for name, release in steps:
         node = nodes.get(name)
         if node is None or node not in topologies:
             continue
+        on_node = holders.setdefault(node, {})
+        if release:
+            released.add(name)
+            on_node.pop(name, None)
+            continue
+        if name in released or name in on_node:
+            continue
         topology = topologies[node]
-        mask = used.setdefault(node, np.zeros(topology.gpu_count, dtype=np.bool_))  # (gpus,)
+        mask = np.zeros(topology.gpu_count, dtype=np.bool_)  # mask: (gpus,)
+        for taken in on_node.values():
+            mask[list(taken)] = True
         size = sizes[name]
         text = annotated.get(name)
         if text:
@@ -410,7 +442,7 @@ def nvlink_quality(
         else:
             choice = choose_gpus(topology, mask, size)
             gpus = choice.gpus if choice is not None else ()
-        mask[list(gpus)] = True
+        on_node[name] = tuple(gpus)
         if 1 < size <= largest:
             eligible += 1
             if gpus and any(set(gpus) <= set(domain) for domain in topology.domains):
@@ -464,13 +496,20 @@ class SeeingHandler:
 
 
 class BoundPods(SeeingHandler):
-    """Informer handler: when this process first saw each pod bound, where, and which GPUs."""
+    """Informer handler: when this process first saw each pod bound, where, and which GPUs;
+    and when it saw each bound pod deleted (`gone_at`)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.at: dict[str, float] = {}
         self.node: dict[str, str] = {}
         self.gpus: dict[str, str | None] = {}
+        self.gone_at: dict[str, float] = {}
+
+    def on_delete(self, obj: KubeObject) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        if name in self.at and name not in self.gone_at:
+            self.gone_at[name] = self.clock()
 
     def _see(self, obj: KubeObject) -> None:
         metadata = obj.get("metadata") or {}
@@ -583,8 +622,10 @@ async def run_pods(
     """Create the pod set for `scheduler_name` and wait until it is bound (see the module
     docstring). With `plan`, this process binds the planned pods itself (the ceiling). With
     `rate`, pod i's create request is sent at i / rate seconds after the first (never earlier;
-    later only when `create_concurrency` requests are already waiting). `slug` (a DNS label)
-    names the run's namespace; the default is `label`."""
+    later only when `create_concurrency` requests are already waiting). With
+    `options.lifetime`, pods are deleted that long after they were seen bound (`Reaper`) until
+    the run ends; not with `plan`. `slug` (a DNS label) names the run's namespace; the default
+    is `label`."""
     core = client.CoreV1Api(api)
     clock = time.monotonic
     namespace = await fresh_namespace(core, f"{options.namespace_prefix}-{slug or label}")
@@ -663,7 +704,12 @@ async def run_pods(
             samples.append((clock(), meter.cpu_seconds()))
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
-    claims = AllocatedClaims()
+    claims = AllocatedClaims(clock)
+    reaper = (
+        Reaper(core, namespace, options.lifetime, options.create_concurrency, clock)
+        if options.lifetime is not None and plan is None
+        else None
+    )
     claim_informer = Informer(
         f"bench-claims-{label}",
         functools.partial(client.ResourceV1Api(api).list_namespaced_resource_claim, namespace),
@@ -680,6 +726,8 @@ async def run_pods(
         await create_groups()
         cpu_start = meter.cpu_seconds() if meter is not None else 0.0
         creating = asyncio.create_task(create_all())
+        if reaper is not None:
+            reaper.start(seen.at)
         deadline = clock() + MAX_RUN_S
         while len(seen.at) < target and clock() < deadline:
             await asyncio.sleep(POLL_INTERVAL_S)
@@ -692,9 +740,14 @@ async def run_pods(
         for task in list(binds):
             await task
         samples.append((clock(), meter.cpu_seconds() if meter is not None else 0.0))
+        if reaper is not None:
+            await reaper.stop()
         if claim_watch is not None and plan is None:
-            await claims.wait_allocated(list(seen.at), options.settle_s)
+            live = [n for n in seen.at if reaper is None or n not in reaper.deleted]
+            await claims.wait_allocated(live, options.settle_s)
     finally:
+        if reaper is not None and reaper.task is not None:
+            reaper.task.cancel()
         tasks = [t for t in (watch, claim_watch, sampler) if t is not None]
         for task in tasks:
             task.cancel()
@@ -713,17 +766,22 @@ async def run_pods(
         peak = meter.peak_rss_mib()
     eligible = inside = 0
     size_of = dict(zip(names, sizes, strict=True))
+    deleted = reaper.deleted if reaper is not None else {}
+    # releases: a DRA pod's devices when its claim's allocation is seen gone, a plain pod's GPUs
+    # when the pod is seen deleted (see hack.bench.churn)
+    steps = timeline(seen.at, claims.released if options.dra else seen.gone_at)
     if plan is None and options.dra:
-        order = sorted(bound, key=seen.at.__getitem__)
-        eligible, inside = dra_quality(order, size_of, seen.node, claims.devices, topologies)
+        eligible, inside = dra_quality(steps, size_of, seen.node, claims.devices, topologies)
     elif plan is None:
-        eligible, inside = nvlink_quality(names, size_of, seen.node, seen.gpus, topologies)
+        # without churn, kube-scheduler's pods are replayed in creation order, as before
+        order = steps if deleted else bind_steps(names)
+        eligible, inside = nvlink_quality(order, size_of, seen.node, seen.gpus, topologies)
     pending = [n for n in names if n not in seen.at]
     await clear_namespace(
         core,
         namespace,
         pending,
-        bound,
+        [n for n in bound if n not in deleted],
         options.create_concurrency,
         before_delete=functools.partial(wait_claims_gone, api, namespace) if options.dra else None,
     )
@@ -745,6 +803,8 @@ async def run_pods(
         one_domain_pods=inside,
         one_domain_pct=100.0 * inside / eligible if eligible else None,
         mode=mode_name(rate),
+        deleted=len(deleted),
+        peak_gpus=peak_held(steps, size_of),
     )
 
 
@@ -842,7 +902,8 @@ async def side_by_side(
     options: Options,
 ) -> list[RunResult]:
     """Per mode (`Options.modes`), the runs over the nodes of `specs` (created and Ready):
-    ceiling, gpu-scheduler, each variant of it, kube-scheduler."""
+    ceiling (not under churn: its plan binds each pod once, into room that only shrinks),
+    gpu-scheduler, each variant of it, kube-scheduler."""
     topologies = topologies_of(specs)
     sizes = pod_sizes(options.pods, options.seed, options.mix)
     capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
@@ -856,20 +917,20 @@ async def side_by_side(
         if options.profile and rate is None:
             gpu_runs.append(("cprofile", {}, ""))
         tag = f"m{mode_index}"
-        plan = plan_bindings(sizes, capacity)
-        results.append(
-            await run_pods(
-                api,
-                "ceiling",
-                NOBODY,
-                sizes,
-                topologies,
-                options,
-                plan=plan,
-                rate=rate,
-                slug=f"ceiling-{tag}",
+        if options.lifetime is None:
+            results.append(
+                await run_pods(
+                    api,
+                    "ceiling",
+                    NOBODY,
+                    sizes,
+                    topologies,
+                    options,
+                    plan=plan_bindings(sizes, capacity),
+                    rate=rate,
+                    slug=f"ceiling-{tag}",
+                )
             )
-        )
         for run_index, (label, overrides, tree) in enumerate(gpu_runs):
             profile = options.profile if label == "cprofile" else ""
             component = start_gpu_scheduler(
@@ -935,7 +996,7 @@ async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
 
 def ratios(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     """Per node count, mode and gpu-scheduler run (the default one and each variant):
-    gpu-scheduler / kube-scheduler, and each / ceiling."""
+    gpu-scheduler / kube-scheduler, and each / ceiling (None without a ceiling run)."""
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a is not None and b else None
@@ -944,7 +1005,8 @@ def ratios(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     groups = dict.fromkeys((r.nodes, r.mode) for r in results)
     for nodes, mode in groups:
         by_run = {r.run: r for r in results if (r.nodes, r.mode) == (nodes, mode)}
-        ceiling, theirs = by_run["ceiling"], by_run["kube-scheduler"]
+        ceiling, theirs = by_run.get("ceiling"), by_run["kube-scheduler"]
+        ceiling_rate = ceiling.pods_per_s if ceiling is not None else None
         ours_runs = [r for r in by_run.values() if r.run not in ("ceiling", "kube-scheduler")]
         for ours in ours_runs:
             rows.append(
@@ -959,8 +1021,8 @@ def ratios(results: Sequence[RunResult]) -> list[dict[str, Any]]:
                         ours.cpu_s_per_1000_pods, theirs.cpu_s_per_1000_pods
                     ),
                     "gpu_vs_kube_peak_rss": ratio(ours.peak_rss_mib, theirs.peak_rss_mib),
-                    "gpu_vs_ceiling_pods_per_s": ratio(ours.pods_per_s, ceiling.pods_per_s),
-                    "kube_vs_ceiling_pods_per_s": ratio(theirs.pods_per_s, ceiling.pods_per_s),
+                    "gpu_vs_ceiling_pods_per_s": ratio(ours.pods_per_s, ceiling_rate),
+                    "kube_vs_ceiling_pods_per_s": ratio(theirs.pods_per_s, ceiling_rate),
                 }
             )
     return rows
@@ -973,6 +1035,8 @@ def _cell(value: float | None, digits: int = 1) -> str:
 def print_table(results: Sequence[RunResult], options: Options) -> None:
     mix = ", feature mix (affinity, spread, gangs)" if options.features else ""
     mix += ", DRA (D8 nodes, claims from templates; ceiling binds only)" if options.dra else ""
+    churn = options.lifetime is not None
+    mix += f", churn (each pod deleted {options.lifetime:g} s after bound)" if churn else ""
     print(
         f"{options.pods} pods{mix} (1/2/4/8 GPUs: {'/'.join(f'{m:g}' for m in options.mix)}), "
         f"seed {options.seed}, client qps {options.qps} / burst {2 * options.qps}"
@@ -980,7 +1044,7 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
     header = (
         f"{'nodes':>6} {'mode':>6} {'run':<15} {'bound':>6} {'pending':>7} {'GPUs':>6} "
         f"{'pods/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} {'RSS MiB':>8} "
-        f"{'one domain':>16}"
+        f"{'one domain':>16}" + (f" {'deleted':>7} {'peak GPUs':>9}" if churn else "")
     )
     print(header)
     for r in results:
@@ -993,6 +1057,7 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
             f"{r.nodes:>6} {r.mode:>6} {r.run:<15} {r.bound:>6} {r.pending:>7} {r.gpus_bound:>6} "
             f"{_cell(r.pods_per_s):>7} {_cell(r.p50_ms, 0):>8} {_cell(r.p99_ms, 0):>8} "
             f"{_cell(r.cpu_s_per_1000_pods, 2):>9} {_cell(r.peak_rss_mib, 0):>8} {domain:>16}"
+            + (f" {r.deleted:>7} {r.peak_gpus:>9}" if churn else "")
         )
     for row in ratios(results):
         print(
@@ -1052,6 +1117,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="DRA nodes (D8, ResourceSlices) and pods with ResourceClaimTemplates",
     )
+    parser.add_argument(
+        "--lifetime",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="churn: delete each pod this long after it is bound (with --rate; no ceiling run)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
@@ -1059,6 +1131,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dra and args.features:
         parser.error("--dra and --features are separate pod sets")
+    if args.lifetime is not None and args.lifetime < 0:
+        parser.error("--lifetime must be 0 or more seconds")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -1074,6 +1148,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=args.profile,
         features=args.features,
         dra=args.dra,
+        lifetime=args.lifetime,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
             (label, overrides_of(text))

@@ -13,13 +13,16 @@ of the allocations.
   uses; the resourceclaim controller of kube-controller-manager makes the claim.
 - `AllocatedClaims`: an informer handler that keeps, per pod owning a claim (the controller
   owner reference the resourceclaim controller sets), the devices of the claim's
-  `status.allocation`.
+  `status.allocation`, and when that allocation was seen gone again (`released`: the claim
+  updated without it, or deleted), which is when the devices are free under churn (see
+  `hack.bench.churn`).
 - `dra_quality` (pure): of the bound pods asking for 2 or 4 GPUs, those for which one NVLink
   domain of their node still had that many free devices when they were allocated, and of those,
   the ones whose devices lie inside one domain. "Had room" is decided by replaying the pods'
-  allocations per node in bind order (the order this process saw them bound); several binding
-  cycles in flight may allocate in a slightly different order than they bind, so the count is
-  exact for one pod at a time and close otherwise.
+  allocations and releases per node in time order (`hack.bench.churn.timeline`: the order this
+  process saw them bound, and their claims' allocations gone); several binding cycles in flight
+  may allocate in a slightly different order than they bind, so the count is exact for one pod
+  at a time and close otherwise.
 
 Extended-resource pods (`nvidia.com/gpu` on DRA nodes, which the DeviceClass's
 `extendedResourceName` would turn into claims) are not part of the mode: gpu-scheduler does not
@@ -32,12 +35,13 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 from kubernetes_asyncio import client
 
+from hack.bench.churn import Step
 from hack.localcluster import D8, NodeSpec
 from hack.localcluster.dra import API_VERSION, GPU_CLASS
 from topology.domains import NodeTopology
@@ -157,26 +161,44 @@ def device_index(device: str) -> int | None:
     return int(match[1]) if match else None
 
 
+def owning_pod(obj: Mapping[str, Any]) -> str | None:
+    """The pod a claim was generated for (its controller owner reference), if any."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return next(
+        (o.get("name") for o in owners if o.get("kind") == "Pod" and o.get("controller")), None
+    )
+
+
 class AllocatedClaims:
     """Informer handler over one namespace's ResourceClaims: `devices[pod]` is the
-    (pool, device) list of the allocation of the claim that pod owns, once allocated."""
+    (pool, device) list of the allocation of the claim that pod owns, once allocated (the first
+    allocation seen); `released[pod]` is when (on `clock`) that allocation was first seen gone,
+    by an update without it or the claim's deletion."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.devices: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.released: dict[str, float] = {}
         self.changed = asyncio.Event()
         """Set whenever an allocation is recorded."""
 
     def _see(self, obj: Mapping[str, Any]) -> None:
-        owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
-        pod = next(
-            (o.get("name") for o in owners if o.get("kind") == "Pod" and o.get("controller")), None
-        )
+        pod = owning_pod(obj)
         allocation = (obj.get("status") or {}).get("allocation") or {}
         results = (allocation.get("devices") or {}).get("results") or ()
-        if not pod or not results or pod in self.devices:
+        if not pod:
+            return
+        if not results:
+            self._release(pod)
+            return
+        if pod in self.devices:
             return
         self.devices[pod] = tuple((str(r.get("pool")), str(r.get("device"))) for r in results)
         self.changed.set()
+
+    def _release(self, pod: str) -> None:
+        if pod in self.devices and pod not in self.released:
+            self.released[pod] = self.clock()
 
     async def wait_allocated(self, pods: Sequence[str], timeout: float) -> None:
         """Wait (at most `timeout` seconds) until the allocation of each of `pods` was seen: a
@@ -200,11 +222,13 @@ class AllocatedClaims:
         self._see(new)
 
     def on_delete(self, obj: Any) -> None:
-        pass
+        pod = owning_pod(obj)
+        if pod:
+            self._release(pod)
 
 
 def dra_quality(
-    order: Sequence[str],
+    steps: Sequence[Step],
     sizes: Mapping[str, int],
     nodes: Mapping[str, str],
     devices: Mapping[str, Sequence[tuple[str, str]]],
@@ -212,21 +236,34 @@ def dra_quality(
 ) -> tuple[int, int]:
     """(pods of 2 or more GPUs for which one domain had room, those allocated inside one domain).
 
-    `order` is the bind order of the pods, `nodes` where each is bound, `devices` its claim's
-    allocated (pool, device) pairs, `topologies` each node's NVLink domains over its GPU indices
-    (device `gpu-<i>` is GPU i; the pool is named after the node). Every pod with known devices
-    takes them, in `order`, whatever its size; a pod counts when it asks for more than one GPU,
+    `steps` are the pods' binds and releases in time order (`hack.bench.churn.timeline`, or
+    `bind_steps` of the bind order when no pod was deleted), `nodes` where each is bound,
+    `devices` its claim's allocated (pool, device) pairs, `topologies` each node's NVLink domains
+    over its GPU indices (device `gpu-<i>` is GPU i; the pool is named after the node). Every pod
+    with known devices takes them at its bind, whatever its size, and gives them back at its
+    release (a release before the bind, or of a pod that took nothing, gives nothing; a pod
+    released before its bind takes nothing); a pod counts when it asks for more than one GPU,
     and before it took its devices some domain of its node had at least that many free. Devices
     of another pool or name are taken but lie in no domain.
     """
-    taken: dict[str, set[int]] = {}
+    # per node, the GPUs each pod holding some took; two may overlap when the watches delivered
+    # a release after the bind that reused its devices
+    holders: dict[str, dict[str, set[int]]] = {}
+    released: set[str] = set()
     eligible = inside = 0
-    for name in order:
+    for name, release in steps:
         node, held = nodes.get(name), devices.get(name)
         if node is None or not held or node not in topologies:
             continue
+        on_node = holders.setdefault(node, {})
+        if release:
+            released.add(name)
+            on_node.pop(name, None)
+            continue
+        if name in released or name in on_node:
+            continue
+        used = set[int]().union(*on_node.values())
         domains = topologies[node].domains
-        used = taken.setdefault(node, set())
         gpus = {
             index
             for pool, device in held
@@ -238,5 +275,5 @@ def dra_quality(
             eligible += 1
             if len(gpus) == len(held) and any(gpus <= set(domain) for domain in domains):
                 inside += 1
-        used.update(gpus)
+        on_node[name] = gpus
     return eligible, inside

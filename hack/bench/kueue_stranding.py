@@ -40,6 +40,7 @@ import structlog
 import yaml
 from kubernetes_asyncio import client
 
+from hack.bench.churn import bind_steps
 from hack.bench.control_plane import (
     KUBE_SCHEDULER,
     NODES_READY_TIMEOUT_S,
@@ -381,9 +382,8 @@ async def run_jobs(
         for name in order
         if name.rsplit("-", 1)[0] in by_name
     }
-    nvlink = nvlink_quality(
-        [n for n in order if n in sizes], sizes, pods.node, pods.gpus, topologies_of([spec])
-    )
+    steps = bind_steps(n for n in order if n in sizes)
+    nvlink = nvlink_quality(steps, sizes, pods.node, pods.gpus, topologies_of([spec]))
     await clear_run(core, batch, custom, namespace, queues)
     return Run(summarize(label, len(jobs), admissions.at, bound_at, meter, nvlink), meter)
 

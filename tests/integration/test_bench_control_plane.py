@@ -108,3 +108,41 @@ async def test_steady_rate_and_a_variant_run_side_by_side(
         ("40/s", "gpu-scheduler"),
         ("40/s", "cap16"),
     ]
+
+
+CHURN_PODS = 24
+
+
+async def test_churn_in_the_plain_mode_binds_every_pod_into_gpus_freed_by_deleted_pods(
+    cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """3 nodes (2, 4 and 8 GPUs) for 24 pods of 1 or 2 GPUs (38 in all): most pods can only be
+    bound once pods deleted before them gave their GPUs back."""
+    suffix = namespace[-6:]
+    specs = node_specs(3, prefix=f"c{suffix}-", labels={TEST_LABEL: namespace})
+    await make_nodes(core_api, specs)
+    options = Options(
+        pods=CHURN_PODS,
+        mix=MIX,
+        settle_s=20.0,
+        node_selector={TEST_LABEL: namespace},
+        gpu_scheduler_name=namespace,
+        namespace_prefix=f"churn-{suffix}",
+        rates=(8.0,),
+        burst=False,
+        lifetime=1.0,
+    )
+
+    results = await side_by_side(cluster, api_client, specs, options)
+
+    assert [r.run for r in results] == ["gpu-scheduler", "kube-scheduler"]
+    sizes = pod_sizes(CHURN_PODS, options.seed, MIX)
+    assert sum(sizes) > 14
+    for result in results:
+        assert (result.bound, result.pending) == (CHURN_PODS, 0), result
+        assert result.gpus_bound == sum(sizes)
+        assert 0 < result.deleted < CHURN_PODS, result
+        assert 0 < result.peak_gpus < sum(sizes), result
+        assert result.multi_gpu_pods == sizes.count(2), result
+    [row] = ratios(results)
+    assert row["gpu_vs_ceiling_pods_per_s"] is None

@@ -59,3 +59,48 @@ async def test_dra_mode_binds_and_allocates_every_pod_and_reports_the_domains(
     # gpu-scheduler takes a pair inside one domain whenever one has room
     assert ours.one_domain_pct == 100.0, ours
     json.dumps([asdict(r) for r in results])
+
+
+CHURN_PODS = 24
+CHURN_NODES = 2
+"""16 GPUs for 24 pods of 1 or 2 GPUs (about 36): most pods can only be bound into devices that
+pods deleted before them gave back."""
+
+
+async def test_dra_churn_deletes_pods_during_the_run_and_binds_every_pod_into_freed_devices(
+    cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    suffix = namespace[-6:]
+    specs = dra_node_specs(CHURN_NODES, prefix=f"c{suffix}-", labels={TEST_LABEL: namespace})
+    options = Options(
+        pods=CHURN_PODS,
+        mix=MIX,
+        settle_s=20.0,
+        node_selector={TEST_LABEL: namespace},
+        gpu_scheduler_name=namespace,
+        namespace_prefix=f"churn-{suffix}",
+        dra=True,
+        rates=(8.0,),
+        burst=False,
+        lifetime=1.0,
+    )
+
+    async with temporary_nodes(core_api, specs):
+        results = await side_by_side(cluster, api_client, specs, options)
+
+    # no ceiling under churn
+    assert [r.run for r in results] == ["gpu-scheduler", "kube-scheduler"]
+    sizes = pod_sizes(CHURN_PODS, options.seed, MIX)
+    capacity = 8 * CHURN_NODES
+    assert sum(sizes) > capacity
+    for result in results:
+        assert (result.bound, result.pending) == (CHURN_PODS, 0), result
+        assert result.gpus_bound == sum(sizes)
+        assert result.mode == "8/s"
+        # pods were deleted while the others arrived, and freed devices were reused
+        assert 0 < result.deleted < CHURN_PODS, result
+        assert 0 < result.peak_gpus < sum(sizes), result
+        # every 2-GPU pod's claim was seen allocated and counted when its node had room
+        assert 0 < result.multi_gpu_pods <= sizes.count(2), result
+        assert result.one_domain_pct is not None
+    assert results[0].one_domain_pct == 100.0, results[0]

@@ -1,5 +1,6 @@
-"""The DRA benchmarks' pure parts: the NVLink quality replay, the manifests (parsed as the
-scheduler parses them), the claim reader, and the kernel bench's cluster against its baseline."""
+"""The DRA benchmarks' pure parts: the NVLink quality replay (with releases under churn), the
+manifests (parsed as the scheduler parses them), the claim reader, and the kernel bench's cluster
+against its baseline."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from hack.bench.churn import Step, bind_steps, timeline
 from hack.bench.dra_kernel import (
     POD_SIZES,
     Unmemoized,
@@ -47,7 +49,14 @@ def quality(
     order: list[str], sizes: dict[str, int], held: Mapping[str, Sequence[tuple[str, str]]]
 ) -> tuple[int, int]:
     nodes = dict.fromkeys(order, "n")
-    return dra_quality(order, sizes, nodes, held, {"n": D8_DOMAINS})
+    return dra_quality(bind_steps(order), sizes, nodes, held, {"n": D8_DOMAINS})
+
+
+def churned(
+    steps: list[Step], sizes: dict[str, int], held: Mapping[str, Sequence[tuple[str, str]]]
+) -> tuple[int, int]:
+    nodes = dict.fromkeys((step.pod for step in steps), "n")
+    return dra_quality(steps, sizes, nodes, held, {"n": D8_DOMAINS})
 
 
 def test_a_pair_inside_one_domain_counts_and_a_split_pair_does_not() -> None:
@@ -93,10 +102,67 @@ def test_devices_of_another_pool_or_name_lie_in_no_domain() -> None:
 
 def test_pods_on_unknown_nodes_are_skipped() -> None:
     nodes = {"a": "elsewhere"}
-    assert dra_quality(["a"], {"a": 2}, nodes, {"a": devices("n", 0, 1)}, {"n": D8_DOMAINS}) == (
-        0,
-        0,
-    )
+    held = {"a": devices("n", 0, 1)}
+    assert dra_quality(bind_steps(["a"]), {"a": 2}, nodes, held, {"n": D8_DOMAINS}) == (0, 0)
+
+
+# Churn: "first" holds gpu-0..2 and "second" gpu-5..7; a pair then finds one free GPU per domain
+# unless one of them was released before it was bound.
+CHURN_SIZES = {"first": 3, "second": 3, "pair": 2}
+CHURN_HELD = {
+    "first": devices("n", 0, 1, 2),
+    "second": devices("n", 5, 6, 7),
+    "pair": devices("n", 3, 4),
+}
+
+
+def test_devices_freed_before_a_later_bind_count_as_free() -> None:
+    """ "first" is released before the split pair is bound: domain 0-3 had room (4 free), so the
+    pair counts, and split, it is not inside."""
+    bound = {"first": 1.0, "second": 2.0, "pair": 4.0}
+    steps = timeline(bound, {"first": 3.0})
+    assert steps == [Step("first"), Step("second"), Step("first", True), Step("pair")]
+    assert churned(steps, CHURN_SIZES, CHURN_HELD) == (3, 2)
+
+
+def test_devices_freed_after_a_later_bind_do_not_count_as_free() -> None:
+    bound = {"first": 1.0, "second": 2.0, "pair": 4.0}
+    for released in (5.0, 4.0):  # after the bind, or at the same time (a bind goes first)
+        steps = timeline(bound, {"first": released})
+        assert steps[-1] == Step("first", True)
+        assert churned(steps, CHURN_SIZES, CHURN_HELD) == (2, 2), released
+
+
+def test_a_pair_inside_freed_devices_counts_as_inside() -> None:
+    """A pair on gpu-0,1 (freed by "first") is inside domain 0-3."""
+    held = {**CHURN_HELD, "pair": devices("n", 0, 1)}
+    steps = timeline({"first": 1.0, "second": 2.0, "pair": 4.0}, {"first": 3.0})
+    assert churned(steps, CHURN_SIZES, held) == (3, 3)
+
+
+def test_a_release_gives_back_only_its_own_devices_and_only_once() -> None:
+    """ "a" and "b" share gpu-0 as the watches reported them (b bound before a's release was
+    seen); releasing "a" (twice) leaves gpu-0 held by "b": a 3-GPU pod finds only gpu-1 and
+    gpu-3 free in domain 0-3 (gpu-4..7 are held by "c"), so it had no room."""
+    sizes = {"a": 2, "b": 2, "c": 4, "d": 3}
+    held = {
+        "a": devices("n", 0, 1),
+        "b": devices("n", 0, 2),
+        "c": devices("n", 4, 5, 6, 7),
+        "d": devices("n", 0, 1, 3),
+    }
+    steps = [Step("a"), Step("b"), Step("a", True), Step("a", True), Step("c"), Step("d")]
+    assert churned(steps, sizes, held) == (3, 3)
+    # with "b" released too, domain 0-3 is free again: "d" had room, and lies inside it
+    release_b = [*steps[:4], Step("b", True), *steps[4:]]
+    assert churned(release_b, sizes, held) == (4, 4)
+
+
+def test_a_pod_released_before_its_bind_takes_nothing_and_is_not_counted() -> None:
+    sizes = {"a": 4, "b": 4}
+    held = {"a": devices("n", 0, 1, 2, 3), "b": devices("n", 0, 1, 2, 3)}
+    steps = [Step("a", True), Step("a"), Step("b")]
+    assert churned(steps, sizes, held) == (1, 1)
 
 
 def test_the_pod_and_its_template_parse_as_a_claim_of_that_many_gpus() -> None:
@@ -122,6 +188,26 @@ def claim(pod: str, results: list[dict[str, str]] | None, controller: bool = Tru
     owner = {"kind": "Pod", "name": pod, "uid": "u", "controller": controller}
     status = {"allocation": {"devices": {"results": results}}} if results else {}
     return {"metadata": {"name": f"{pod}-gpus", "ownerReferences": [owner]}, "status": status}
+
+
+def test_allocated_claims_record_when_an_allocation_is_seen_gone() -> None:
+    now = [10.0]
+    seen = AllocatedClaims(clock=lambda: now[0])
+    allocated = claim("a", [{"pool": "n", "device": "gpu-1"}])
+    seen.on_update(claim("a", None), claim("a", None))  # never allocated: nothing to release
+    assert seen.released == {}
+    seen.on_add(allocated)
+    now[0] = 12.0
+    seen.on_update(allocated, claim("a", None))  # the controller cleared the allocation
+    now[0] = 13.0
+    seen.on_delete(claim("a", None))  # then deleted the claim: the first time counts
+    assert seen.released == {"a": 12.0}
+    seen.on_add(claim("b", [{"pool": "n", "device": "gpu-2"}]))
+    now[0] = 14.0
+    seen.on_delete(claim("b", [{"pool": "n", "device": "gpu-2"}]))  # deleted while allocated
+    seen.on_delete(claim("c", None))
+    assert seen.released == {"a": 12.0, "b": 14.0}
+    assert seen.devices["a"] == (("n", "gpu-1"),)  # what the pod held stays known
 
 
 def test_allocated_claims_keep_the_first_allocation_seen_per_owning_pod() -> None:
