@@ -2,7 +2,8 @@
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
         [--rate 50,100] [--lifetime SECONDS] [--no-burst] [--variant LABEL:KEY=VALUE,...]
-        [--tree LABEL:PATH] [--features | --dra] [--settle-seconds 15] [-o json]
+        [--tree LABEL:PATH] [--features | --dra [--dra-extended SHARE]] [--settle-seconds 15]
+        [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -46,9 +47,10 @@ resourceclaim controller makes the claims, and gpu-scheduler and kube-scheduler 
 1.37: no configuration) allocate them. The ceiling there binds only: it writes no allocation
 (its pods' claims stay unallocated), so it bounds the Binding part of the work and is lower than
 what a DRA scheduler must do (a finalizer and a status write per claim, besides the Binding).
-Between runs the benchmark also waits until the namespace lists no claim. Pods asking for
-`nvidia.com/gpu` on DRA nodes (DRA extended resources) are left out: gpu-scheduler does not
-handle them yet. `--rate` works in this mode too (steady arrival).
+Between runs the benchmark also waits until the namespace lists no claim. `--dra-extended SHARE`
+makes that share of the pods (seeded) ask for `nvidia.com/gpu` instead of naming a template: the
+DeviceClass's `extendedResourceName` makes each scheduler create their claims (the ceiling's pods
+then bind without any claim). `--rate` works in this mode too (steady arrival).
 
 Churn, `--lifetime L` (meant with `--rate R`, in either pod set): every pod of a gpu-scheduler or
 kube-scheduler run is deleted (grace 0) L seconds after this process saw it bound, while the
@@ -120,6 +122,8 @@ from hack.bench.dra_workload import (
     dra_node_specs,
     dra_pod_manifest,
     dra_quality,
+    extended_indices,
+    extended_pod_manifest,
     wait_claims_gone,
 )
 from hack.localcluster import (
@@ -189,6 +193,9 @@ class Options:
     lifetime: float | None = None
     """Churn: each pod is deleted (grace 0) this many seconds after it was seen bound, while
     the others keep arriving (`hack.bench.churn`); no ceiling run then."""
+    dra_extended: float = 0.0
+    """With `dra`: the share of pods asking for `nvidia.com/gpu` (served through the
+    DeviceClass's `extendedResourceName`) instead of naming a template."""
 
     def modes(self) -> list[float | None]:
         """The arrival modes to run, in order: None is the burst, a number a steady rate."""
@@ -660,10 +667,12 @@ async def run_pods(
 
     kinds = feature_kinds(len(sizes), options.seed) if options.features else []
     make_pod = dra_pod_manifest if options.dra else pod_manifest
+    extended = extended_indices(len(sizes), options.dra_extended, options.seed)
 
     async def create(index: int) -> None:
         name = names[index]
-        manifest = make_pod(name, sizes[index], scheduler_name, options.node_selector)
+        make = extended_pod_manifest if options.dra and index in extended else make_pod
+        manifest = make(name, sizes[index], scheduler_name, options.node_selector)
         if kinds:
             with_features(manifest, index, *kinds[index])
         if rate is not None:
@@ -1118,6 +1127,13 @@ def main(argv: list[str] | None = None) -> int:
         help="DRA nodes (D8, ResourceSlices) and pods with ResourceClaimTemplates",
     )
     parser.add_argument(
+        "--dra-extended",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="with --dra: this share of the pods asks for nvidia.com/gpu instead of a template",
+    )
+    parser.add_argument(
         "--lifetime",
         type=float,
         default=None,
@@ -1131,6 +1147,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dra and args.features:
         parser.error("--dra and --features are separate pod sets")
+    if not 0.0 <= args.dra_extended <= 1.0 or (args.dra_extended and not args.dra):
+        parser.error("--dra-extended is a share from 0 to 1, with --dra")
     if args.lifetime is not None and args.lifetime < 0:
         parser.error("--lifetime must be 0 or more seconds")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
@@ -1148,6 +1166,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=args.profile,
         features=args.features,
         dra=args.dra,
+        dra_extended=args.dra_extended,
         lifetime=args.lifetime,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(

@@ -24,15 +24,17 @@ of the allocations.
   may allocate in a slightly different order than they bind, so the count is exact for one pod
   at a time and close otherwise.
 
-Extended-resource pods (`nvidia.com/gpu` on DRA nodes, which the DeviceClass's
-`extendedResourceName` would turn into claims) are not part of the mode: gpu-scheduler does not
-handle them yet.
+- Extended-resource pods (`extended_pod_manifest`, the share `--dra-extended` of the pods,
+  chosen by `extended_indices`, seeded): the plain benchmark pod asking for `nvidia.com/gpu`,
+  no claim; the DeviceClass's `extendedResourceName` makes each scheduler create a claim for it
+  (owned by the pod, so `AllocatedClaims` reads it like a template's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +45,7 @@ from kubernetes_asyncio import client
 
 from hack.bench.churn import Step
 from hack.localcluster import D8, NodeSpec
-from hack.localcluster.dra import API_VERSION, GPU_CLASS
+from hack.localcluster.dra import API_VERSION, EXTENDED_RESOURCE, GPU_CLASS
 from topology.domains import NodeTopology
 
 Json = dict[str, Any]
@@ -124,6 +126,26 @@ def dra_pod_manifest(
             ],
         },
     }
+
+
+def extended_pod_manifest(
+    name: str, gpus: int, scheduler_name: str, node_selector: Mapping[str, str]
+) -> Json:
+    """A pod asking for `gpus` GPUs as the extended resource `nvidia.com/gpu`, no claim."""
+    manifest = dra_pod_manifest(name, gpus, scheduler_name, node_selector)
+    del manifest["spec"]["resourceClaims"]
+    manifest["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "128Mi", EXTENDED_RESOURCE: str(gpus)},
+        "limits": {EXTENDED_RESOURCE: str(gpus)},
+    }
+    return manifest
+
+
+def extended_indices(count: int, share: float, seed: int) -> frozenset[int]:
+    """Which of `count` pods ask for `nvidia.com/gpu` instead of a template (about `share` of
+    them; the same for the same arguments)."""
+    rng = random.Random(f"dra-extended-{seed}")
+    return frozenset(i for i in range(count) if rng.random() < share)
 
 
 async def create_templates(api: client.ApiClient, namespace: str, sizes: Sequence[int]) -> None:

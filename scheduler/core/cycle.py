@@ -69,9 +69,11 @@ log = structlog.get_logger("gpu-scheduler.core.cycle")
 def larger_than_any_node(pod: PodInfo, snapshot: Snapshot) -> str:
     """A message when the pod asks for more GPUs than any node has at all ("" otherwise): no
     eviction or scheduling can ever help, so the message says which request is too big."""
-    if pod.gpus == 0 or snapshot.node_count == 0 or gpus_delegated(pod, snapshot.cache.dra):
-        return ""  # (a DeviceClass serving GPUs: DRA nodes offer them without allocatable)
+    if pod.gpus == 0 or snapshot.node_count == 0:
+        return ""
     largest = int(snapshot.gpu_total[snapshot.valid].max())
+    if pod.gpus > largest and gpus_delegated(pod, snapshot.cache.dra):
+        largest = max(largest, most_dra_devices(snapshot))
     if pod.gpus <= largest:
         return ""
     return (
@@ -79,6 +81,18 @@ def larger_than_any_node(pod: PodInfo, snapshot: Snapshot) -> str:
         f"nvidia.com/gpu (spec.containers[*].resources.limits) and the largest node has "
         f"{largest}."
     )
+
+
+def most_dra_devices(snapshot: Snapshot) -> int:
+    """The most devices any node without GPU allocatable sees in its DRA pools (an upper bound
+    of the GPUs a DeviceClass could serve it: devices of every class count)."""
+    store = snapshot.cache.dra
+    found = 0
+    for row in np.flatnonzero(snapshot.valid & (snapshot.gpu_total == 0)):
+        node = snapshot.cache.nodes[snapshot.names[row]]
+        pools = store.pools_for(node.name, node.labels)
+        found = max(found, sum(len(pool.devices) for pool in pools))
+    return found
 
 
 class PostFilter(Protocol):

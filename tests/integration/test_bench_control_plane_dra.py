@@ -1,6 +1,7 @@
 """The control-plane benchmark's DRA mode at a trivial size: D8 nodes published through
-ResourceSlices, pods with claims from templates; every run binds every pod, both schedulers
-allocate every claim, and the NVLink quality is reported.
+ResourceSlices, pods with claims from templates and pods asking for `nvidia.com/gpu` (claims the
+schedulers make); every run binds every pod, both schedulers allocate every claim, and the NVLink
+quality is reported.
 
 No timing is asserted; `python -m hack.bench.control_plane --dra` is the measurement.
 """
@@ -13,7 +14,7 @@ from dataclasses import asdict
 from kubernetes_asyncio import client
 
 from hack.bench.control_plane import Options, pod_sizes, side_by_side
-from hack.bench.dra_workload import dra_node_specs
+from hack.bench.dra_workload import dra_node_specs, extended_indices
 from hack.localcluster import LocalCluster, temporary_nodes
 from tests.scheduling import TEST_LABEL
 
@@ -36,7 +37,10 @@ async def test_dra_mode_binds_and_allocates_every_pod_and_reports_the_domains(
         gpu_scheduler_name=namespace,
         namespace_prefix=f"dra-{suffix}",
         dra=True,
+        dra_extended=0.5,
     )
+    # Half the pods ask for nvidia.com/gpu instead of a template: each scheduler makes a claim.
+    assert 0 < len(extended_indices(PODS, options.dra_extended, options.seed)) < PODS
 
     async with temporary_nodes(core_api, specs):
         results = await side_by_side(cluster, api_client, specs, options)

@@ -26,6 +26,8 @@ from hack.bench.dra_workload import (
     dra_node_specs,
     dra_pod_manifest,
     dra_quality,
+    extended_indices,
+    extended_pod_manifest,
     template_name,
 )
 from hack.bench.kernel import bench_pod, build_cache
@@ -259,3 +261,13 @@ def test_the_dra_cluster_has_the_baseline_free_gpus_so_both_paths_find_the_same_
     dra_framework(unmemoized).evaluate(parse_pod(dra_bench_pod(2, 1)), Snapshot(dra))
     assert unmemoized.counters.evaluations == unmemoized.counters.calls > 0
     assert unmemoized.counters.memo_hits == 0
+
+
+def test_extended_pods_ask_for_gpus_and_name_no_claim() -> None:
+    chosen = extended_indices(200, 0.25, seed=3)
+    assert chosen == extended_indices(200, 0.25, seed=3)  # seeded
+    assert 30 < len(chosen) < 70 and extended_indices(200, 0.0, seed=3) == frozenset()
+    manifest = extended_pod_manifest("p", 4, "gpu-scheduler", {"type": "kwok"})
+    assert "resourceClaims" not in manifest["spec"]
+    resources = manifest["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "4"

@@ -13,6 +13,7 @@ from hack.localcluster import D8, G2_EXPANSION
 from hack.localcluster.dra import gpu_device_class, node_resource_slice
 from hack.localcluster.nodes import node_manifest
 from scheduler.config import SchedulerConfig
+from scheduler.core.cycle import larger_than_any_node
 from scheduler.core.placement import place
 from scheduler.core.profile import default_framework
 from scheduler.dra.extended import GENERATE_NAME_SUFFIX, extended_claim, requests_and_mappings
@@ -316,3 +317,12 @@ def test_gang_members_are_not_placed_where_only_dra_serves_their_gpus() -> None:
     assert not plan.fits
     assert all("through DRA" in why for why in plan.unplaced.values())
     assert plan.plugins == {"DynamicResources"}
+
+
+def test_a_gpu_request_larger_than_any_node_counts_the_devices_of_dra_nodes() -> None:
+    cache = dra_cluster()
+    cache.remove_node("dp")
+    snapshot = Snapshot(cache)
+    assert larger_than_any_node(parse_pod(gpu_pod("fits", 8)), snapshot) == ""
+    message = larger_than_any_node(parse_pod(gpu_pod("huge", 9)), snapshot)
+    assert "requests 9 nvidia.com/gpu" in message and "the largest node has 8" in message
