@@ -1044,6 +1044,9 @@ def _cell(value: float | None, digits: int = 1) -> str:
 def print_table(results: Sequence[RunResult], options: Options) -> None:
     mix = ", feature mix (affinity, spread, gangs)" if options.features else ""
     mix += ", DRA (D8 nodes, claims from templates; ceiling binds only)" if options.dra else ""
+    if options.dra and options.dra_extended:
+        asking = len(extended_indices(options.pods, options.dra_extended, options.seed))
+        mix += f", {asking} of the pods asking for nvidia.com/gpu instead"
     churn = options.lifetime is not None
     mix += f", churn (each pod deleted {options.lifetime:g} s after bound)" if churn else ""
     print(
