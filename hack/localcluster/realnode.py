@@ -1,17 +1,23 @@
-"""An opt-in real node beside the kwok nodes: containerd, kubelet and kube-proxy on this machine.
+"""An opt-in real node beside the kwok nodes: containerd, kubelet, a DRA driver and kube-proxy on
+this machine.
 
     cluster = LocalCluster(ClusterConfig(real_node=True))
-    cluster.start()      # ... then the node `cluster.real_node.name` is Ready
+    cluster.start()      # ... then the node `cluster.real_node.name` is Ready, with DRA devices
     cluster.stop()       # pods, processes, mounts, iptables rules, links and cgroups gone
 
 Parts (state under `<cluster folder>/node/` unless said):
 
-- containerd and runc: Debian's packages (containerd 1.6); its own config, root, state and
-  socket; the CRI plugin with `PAUSE_IMAGE` as sandbox image.
+- containerd 2 (`hack/build-binaries.sh --node`, with its runc shim) and Debian's runc: its own
+  config, root, state and socket (`containerd.containerd_config`); the CRI plugin with
+  `PAUSE_IMAGE` as sandbox image, and CDI specs read from `node/cdi` only.
 - CNI: Debian's `containernetworking-plugins`; bridge `BRIDGE` as the pods' gateway (no
   masquerade), host-local IPAM over the node's pod CIDR.
 - kubelet: `hack/build-binaries.sh --node`; cgroupfs driver on cgroup v1 (`failCgroupV1: false`),
   cgroup root `CGROUP_NAME`.
+- the DRA driver: Kubernetes' test driver as kubelet's plugin (`dradriver.DraDriver`, started after
+  kubelet): one ResourceSlice of `dradriver.NUM_DEVICES` devices for the node, the DeviceClass
+  `dradriver.DEVICE_CLASS`, and for each prepared claim a CDI spec in `node/cdi` that sets
+  environment variables naming the claim and request in the containers that use it.
 - kube-proxy: `hack/build-binaries.sh --node`; iptables mode, NodePorts on the host address only.
 - images: `images/pause` (the sandbox) and `images/probe` (`PROBE_IMAGE`: GET /livez through the
   `kubernetes` Service), static Go programs written into OCI archives by `oci.py` and imported
@@ -20,9 +26,9 @@ Parts (state under `<cluster folder>/node/` unless said):
 Sockets and kubelet's root folder live in a short folder `/run/gpus-node-*` (a unix socket path
 has at most 104 bytes).
 
-Kubelet 1.37 still accepts containerd 1.6: that runtime does not answer the CRI RuntimeConfig call
-(the cgroup driver), and kubelet falls back to its config's `cgroupDriver` (with a
-"CRILosingSupport" metric naming 1.38), so Debian's package is enough for this version.
+containerd 2 rather than Debian's 1.6: 1.6 has no CDI, so a DRA driver's devices never reach a
+container there, and kubelet 1.37 accepts 1.6 only through a fallback (1.6 does not answer the CRI
+RuntimeConfig call) that ends in 1.38.
 
 The API server, in real-node mode, listens on every address and advertises this machine's address
 (`host_ip()`), so the `kubernetes` Service's endpoints (the lease reconciler's) reach it from pods
@@ -33,12 +39,14 @@ registers so that it carries `spec.podCIDR` (no controller here allocates pod CI
 
 Only one real node runs on a machine at a time (`LOCK_FILE`): the bridge, the iptables chains and
 some sysctls are host-wide. Teardown (`stop`) cordons the node, deletes its pods and waits for
-their sandboxes to go, stops kube-proxy and removes its rules (`kube-proxy --cleanup`), stops
-kubelet and containerd, kills whatever still runs in the node's cgroups, unmounts what is mounted
-under the node's folder, removes the bridge, the cgroups and the files CNI and kubelet left in
-their fixed folders, and restores the sysctls they changed. It is safe to call more than once.
-What it needs is kept in the lock file while the node runs (`HostRecord`), so a start after a
-launcher that died without its teardown (SIGKILL) cleans up what that one left.
+their sandboxes to go (kubelet unprepares their claims through the driver meanwhile), stops the
+driver (deleting its slices and DeviceClass), stops kube-proxy and removes its rules
+(`kube-proxy --cleanup`), stops kubelet and containerd, kills whatever still runs in the node's
+cgroups, unmounts what is mounted under the node's folder, removes the bridge, the cgroups and the
+files CNI and kubelet left in their fixed folders, and restores the sysctls they changed. It is
+safe to call more than once. What it needs is kept in the lock file while the node runs
+(`HostRecord`), so a start after a launcher that died without its teardown (SIGKILL) cleans up
+what that one left.
 """
 
 from __future__ import annotations
@@ -62,6 +70,17 @@ import yaml
 
 from hack.localcluster import hoststate
 from hack.localcluster.binaries import BUILD_SCRIPT, cache_dir, pinned_versions
+from hack.localcluster.containerd import (
+    BRIDGE,
+    CNI_NETWORK,
+    PAUSE_IMAGE,
+    RuntimeBinaries,
+    RuntimeFolders,
+    can_lower_oom_score,
+    cni_config,
+    containerd_config,
+)
+from hack.localcluster.dradriver import DraDriver, DriverPaths
 from hack.localcluster.oci import ImageFile, write_image_archive
 from hack.localcluster.pki import issue_client_cert
 from hack.localcluster.processes import ComponentError, ProcessGroup
@@ -69,10 +88,7 @@ from hack.localcluster.processes import ComponentError, ProcessGroup
 if TYPE_CHECKING:
     from hack.localcluster.cluster import LocalCluster
 
-PAUSE_IMAGE = "localhost/gpu-scheduler/pause:1"
 PROBE_IMAGE = "localhost/gpu-scheduler/probe:1"
-BRIDGE = "gpus-cni0"
-CNI_NETWORK = "gpu-scheduler-pods"
 CGROUP_NAME = "gpu-scheduler-real-node"
 LOCK_FILE = Path("/run/lock/gpu-scheduler-real-node.lock")
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
@@ -107,10 +123,13 @@ class NodeBinaries:
     kube_proxy: Path
     pause: Path
     probe: Path
-    containerd: Path
-    ctr: Path
-    runc: Path
-    cni_bin_dir: Path
+    dra_driver: Path
+    runtime: RuntimeBinaries
+
+    @property
+    def ctr(self) -> Path:
+        """containerd's command-line client (`ctr images import` of an OCI archive)."""
+        return self.runtime.ctr
 
 
 def host_ip() -> str:
@@ -133,12 +152,12 @@ def host_ip() -> str:
 
 
 def node_binaries(build: bool = True) -> NodeBinaries:
-    """The real node's binaries, building kubelet, kube-proxy and the image programs first
-    (`hack/build-binaries.sh --node`) when missing. Raises RealNodeError naming what is missing
-    (Debian packages: `hack/setup.sh` installs them)."""
+    """The real node's binaries, building kubelet, kube-proxy, the DRA driver, containerd 2 and
+    the image programs first (`hack/build-binaries.sh --node`) when missing. Raises RealNodeError
+    naming what is missing (Debian packages: `hack/setup.sh` installs them)."""
     if os.geteuid() != 0:
         raise RealNodeError("the real node needs root (containerd, mounts, iptables, cgroups)")
-    debian = {name: shutil.which(name) for name in ("containerd", "ctr", "runc", "iptables")}
+    debian = {name: shutil.which(name) for name in ("runc", "iptables")}
     cni = next((Path(d) for d in CNI_BIN_DIRS if (Path(d) / "bridge").is_file()), None)
     absent = [name for name, path in debian.items() if path is None]
     if shutil.which("conntrack") is None:
@@ -148,18 +167,23 @@ def node_binaries(build: bool = True) -> NodeBinaries:
     if absent:
         raise RealNodeError(
             f"the real node needs {', '.join(absent)}; run hack/setup.sh "
-            "(Debian packages containerd, runc, containernetworking-plugins, iptables, conntrack)"
+            "(Debian packages runc, containernetworking-plugins, iptables, conntrack)"
         )
     folders = _built_folders(build)
+    containerd = folders["CONTAINERD_BIN"]
     return NodeBinaries(
         kubelet=folders["KUBERNETES_NODE_BIN"] / "kubelet",
         kube_proxy=folders["KUBERNETES_NODE_BIN"] / "kube-proxy",
         pause=folders["NODE_IMAGES_BIN"] / "pause",
         probe=folders["NODE_IMAGES_BIN"] / "probe",
-        containerd=Path(str(debian["containerd"])),
-        ctr=Path(str(debian["ctr"])),
-        runc=Path(str(debian["runc"])),
-        cni_bin_dir=cni or Path(CNI_BIN_DIRS[0]),
+        dra_driver=folders["DRA_DRIVER_BIN"] / "test-driver",
+        runtime=RuntimeBinaries(
+            containerd=containerd / "containerd",
+            ctr=containerd / "ctr",
+            shim=containerd / "containerd-shim-runc-v2",
+            runc=Path(str(debian["runc"])),
+            cni_bin_dir=cni or Path(CNI_BIN_DIRS[0]),
+        ),
     )
 
 
@@ -199,7 +223,10 @@ class RealNode:
         self.host_ip = ""
         self.binaries: NodeBinaries | None = None
         self.timings: dict[str, float] = {}
-        """Seconds each start step took: containerd, images, kubelet (to node Ready), kube-proxy."""
+        """Seconds each start step took: containerd, images, kubelet (to node Ready), dra-driver
+        (to its ResourceSlice), kube-proxy."""
+        self.dra_driver: DraDriver | None = None
+        """The node's DRA driver once started (`dradriver.DraDriver`)."""
         self._lock: IO[str] | None = None
         self._record = HostRecord(folder=self.folder)
         self.recovered: HostRecord | None = None
@@ -226,6 +253,7 @@ class RealNode:
             self._timed("containerd", self._start_containerd)
             self._timed("images", self._import_images)
             self._timed("kubelet", self._start_kubelet)
+            self._timed("dra-driver", self._start_dra_driver)
             self._timed("kube-proxy", self._start_kube_proxy)
         except BaseException:
             self.stop()
@@ -269,28 +297,32 @@ class RealNode:
 
     def _start_containerd(self) -> None:
         assert self.binaries is not None
-        folder = self.folder / "containerd"
-        cni_conf = self.folder / "cni" / "net.d"
-        cni_conf.mkdir(parents=True, exist_ok=True)
-        (cni_conf / "10-gpu-scheduler.conflist").write_text(
+        folders = RuntimeFolders(
+            containerd=self.folder / "containerd",
+            socket=self.socket,
+            cni_conf=self.folder / "cni" / "net.d",
+            cdi_specs=self.folder / "cdi",
+        )
+        folders.cni_conf.mkdir(parents=True, exist_ok=True)
+        folders.cdi_specs.mkdir(parents=True, exist_ok=True)
+        (folders.cni_conf / "10-gpu-scheduler.conflist").write_text(
             json.dumps(cni_config(self.config.pod_cidr, self.folder / "cni" / "ipam"), indent=2)
         )
-        config = folder / "config.toml"
-        folder.mkdir(parents=True, exist_ok=True)
+        config = folders.containerd / "config.toml"
+        folders.containerd.mkdir(parents=True, exist_ok=True)
         config.write_text(
-            containerd_config(
-                folder, self.socket, cni_conf, self.binaries, not can_lower_oom_score()
-            )
+            containerd_config(folders, self.binaries.runtime, not can_lower_oom_score())
         )
         component = self.processes.start(
-            "containerd", [str(self.binaries.containerd), f"--config={config}"]
+            "containerd", [str(self.binaries.runtime.containerd), f"--config={config}"]
         )
         self.processes.wait_ready(component, lambda: self._ctr("version").returncode == 0, 30.0)
 
     def _ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         assert self.binaries is not None
+        ctr = self.binaries.runtime.ctr
         return subprocess.run(
-            [str(self.binaries.ctr), f"--address={self.socket}", "--namespace=k8s.io", *args],
+            [str(ctr), f"--address={self.socket}", "--namespace=k8s.io", *args],
             capture_output=True,
             text=True,
             check=False,
@@ -345,6 +377,21 @@ class RealNode:
             ],
         )
         self.processes.wait_ready(component, self.ready, READY_TIMEOUT_S)
+
+    def _start_dra_driver(self) -> None:
+        assert self.binaries is not None
+        # The driver acts for the node, as the Node authorizer allows (see dradriver).
+        kubeconfig = self._client_kubeconfig(
+            "dra-driver", f"system:node:{self.name}", "system:nodes"
+        )
+        paths = DriverPaths(
+            binary=self.binaries.dra_driver,
+            kubeconfig=kubeconfig,
+            kubelet_root=self.kubelet_root,
+            cdi_specs=self.folder / "cdi",
+        )
+        self.dra_driver = DraDriver(self.cluster, self.processes, paths, self.name)
+        self.dra_driver.start()
 
     def _client_kubeconfig(self, name: str, user: str, group: str | None) -> Path:
         assert self.cluster.pki is not None
@@ -438,6 +485,9 @@ class RealNode:
         running = {c.name for c in self.processes.components if c.alive()}
         if "kubelet" in running:
             self._drain()
+        if self.dra_driver is not None:
+            self.dra_driver.stop()
+            self.dra_driver = None
         self._stop_component("kube-proxy")
         self._stop_component("kubelet")
         if self.cluster.binaries is not None:
@@ -617,15 +667,6 @@ def _restore_sysctls(sysctls: dict[str, str]) -> None:
             continue
 
 
-def can_lower_oom_score() -> bool:
-    """Whether this process holds CAP_SYS_RESOURCE, needed to lower an oom_score_adj."""
-    cap_sys_resource = 24
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> cap_sys_resource & 1)
-    return False
-
-
 def nft_tables() -> set[str]:
     """The nftables tables ("ip filter", "ip6 nat", ...) that exist now; empty without `nft`."""
     if shutil.which("nft") is None:
@@ -674,86 +715,6 @@ def _cgroup_hierarchies() -> list[Path]:
     if (root / "cgroup.controllers").is_file():  # a pure v2 machine: one hierarchy
         return [root]
     return [h for h in sorted(root.iterdir()) if h.is_dir() and not h.is_symlink()]
-
-
-def cni_config(pod_cidr: str, ipam_dir: Path) -> dict[str, object]:
-    """The CNI network: a bridge that is the pods' gateway (so pods reach this machine's
-    addresses, and through kube-proxy's rules the Service ClusterIPs), without masquerading
-    (pods reach nothing beyond this machine), IPs from `pod_cidr`."""
-    return {
-        "cniVersion": "1.0.0",
-        "name": CNI_NETWORK,
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": BRIDGE,
-                "isGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": pod_cidr}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": str(ipam_dir),
-                },
-            }
-        ],
-    }
-
-
-def containerd_config(
-    folder: Path, socket: Path, cni_conf: Path, binaries: NodeBinaries, restrict_oom: bool
-) -> str:
-    """containerd 1.6's config (version 2): every path under `folder`, the CRI plugin with the
-    offline sandbox image, runc with cgroupfs, CNI from `cni_conf`; `restrict_oom` when this
-    process cannot lower an oom_score_adj (`can_lower_oom_score`)."""
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    runc = f"{cri}.containerd.runtimes.runc"
-    return f"""version = 2
-root = "{folder / "root"}"
-state = "{folder / "state"}"
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = "{socket}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{folder / "opt"}"
-
-[{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  # Lowering a process's oom_score_adj needs CAP_SYS_RESOURCE, which some sandboxes (such as
-  # these machines') withhold even from root: runc then fails creating every pod sandbox (kubelet
-  # asks -998 for it). Clamp to no lower than containerd's own, as rootless set-ups do.
-  restrict_oom_score_adj = {"true" if restrict_oom else "false"}
-
-[{cri}.cni]
-  bin_dir = "{binaries.cni_bin_dir}"
-  conf_dir = "{cni_conf}"
-  max_conf_num = 1
-
-[{cri}.containerd]
-  snapshotter = "overlayfs"
-  default_runtime_name = "runc"
-
-[{runc}]
-  runtime_type = "io.containerd.runc.v2"
-
-[{runc}.options]
-  BinaryName = "{binaries.runc}"
-  Root = "{folder / "runc"}"
-  SystemdCgroup = false
-"""
 
 
 def kubelet_config(
