@@ -14,7 +14,9 @@ devices `device-00`..`device-03` in the pool named after the node). Checked here
   unprepares it (the driver removes its CDI spec), and a new pod gets those devices again;
 - kubelet refuses to start a pod bound by `spec.nodeName` while the claim it names is not
   reserved for it ("is not allowed to use ResourceClaim"), and the pod gpu-scheduler scheduled on
-  the same claim is accepted: its reservation is what kubelet checks.
+  the same claim is accepted: its reservation is what kubelet checks. Once the claim is
+  allocated, the resourceclaim controller reserves it for the bound pod as well (claims may be
+  shared), so kubelet's next try admits that one too.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def driver(real_node_cluster: LocalCluster) -> DraDriver:
 
 
 async def pod_json(api: client.ApiClient, namespace: str, name: str) -> Json:
-    response = await client.CoreV1Api(api).read_namespaced_pod(
+    response: Any = await client.CoreV1Api(api).read_namespaced_pod(
         name, namespace, _preload_content=False
     )
     body: Json = json.loads(await response.read())
@@ -116,7 +118,7 @@ async def pod_json(api: client.ApiClient, namespace: str, name: str) -> Json:
 
 
 async def claim_json(api: client.ApiClient, namespace: str, name: str) -> Json:
-    response = await client.ResourceV1Api(api).read_namespaced_resource_claim(
+    response: Any = await client.ResourceV1Api(api).read_namespaced_resource_claim(
         name, namespace, _preload_content=False
     )
     body: Json = json.loads(await response.read())
@@ -180,7 +182,9 @@ async def test_containers_see_exactly_the_claims_gpu_scheduler_allocated_and_fre
     cluster = real_node_cluster
     assert cluster.real_node is not None
     node = cluster.real_node.name
-    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    # Typed Any: these calls take plain manifests, which the client serializes as they are.
+    core: Any = client.CoreV1Api(api)
+    resource: Any = client.ResourceV1Api(api)
     await resource.create_namespaced_resource_claim_template(
         namespace, claim_template("pair", namespace, devices(2))
     )
@@ -256,7 +260,9 @@ async def test_kubelet_refuses_a_pod_the_claim_is_not_reserved_for(
     cluster = real_node_cluster
     assert cluster.real_node is not None
     node = cluster.real_node.name
-    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    # Typed Any: these calls take plain manifests, which the client serializes as they are.
+    core: Any = client.CoreV1Api(api)
+    resource: Any = client.ResourceV1Api(api)
     await resource.create_namespaced_resource_claim(
         namespace, resource_claim("shared", namespace, devices(1, "device"))
     )
@@ -285,10 +291,21 @@ async def test_kubelet_refuses_a_pod_the_claim_is_not_reserved_for(
         owner = await running(api, namespace, "owner")
         claim = await claim_json(api, namespace, "shared")
         owner_env = await claim_variables(api, namespace, "owner")
+        # Once the claim is allocated, the resourceclaim controller reserves it for the bound pod
+        # too (a claim may be shared; pkg/controller/resourceclaim/controller.go), so kubelet's
+        # next try, after its back-off, admits it on the same device.
+
+        async def reserved_for_both() -> Json | None:
+            body = await claim_json(api, namespace, "shared")
+            names = {r["name"] for r in body["status"].get("reservedFor") or ()}
+            return body if names == {"owner", "intruder"} else None
+
+        shared = await eventually(reserved_for_both, what="claim shared reserved for both pods")
 
     assert owner["spec"]["nodeName"] == node
     reserved = [(r["resource"], r["name"]) for r in claim["status"]["reservedFor"]]
     assert ("pods", "owner") in reserved
+    assert shared["status"]["allocation"] == claim["status"]["allocation"]
     assert owner_env == {f"{claim_env_name('shared', 'device')}=true"}
     assert prepared(driver, namespace, "shared") == sorted(
         await allocation(api, namespace, "shared")

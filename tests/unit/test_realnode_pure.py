@@ -11,6 +11,7 @@ import tarfile
 import tomllib
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,18 +34,14 @@ from hack.localcluster.dradriver import (
     driver_argv,
     prepared_devices,
 )
+from hack.localcluster.hostcleanup import CGROUP_NAME, HostRecord
+from hack.localcluster.nodeconfig import kube_proxy_config, kubelet_config
 from hack.localcluster.oci import (
     CONTAINERD_NAME_ANNOTATION,
     LAYER_MEDIA_TYPE,
     ImageFile,
     goarch,
     write_image_archive,
-)
-from hack.localcluster.realnode import (
-    CGROUP_NAME,
-    HostRecord,
-    kube_proxy_config,
-    kubelet_config,
 )
 from tests.unit.test_build_binaries_output import build
 
@@ -180,7 +177,8 @@ def test_kubelet_config_accepts_cgroup_v1_with_cgroupfs_under_its_own_root() -> 
 
 def test_cni_bridge_is_the_gateway_without_masquerade() -> None:
     config = cni_config("10.244.0.0/24", Path("/w/ipam"))
-    (bridge,) = config["plugins"]  # type: ignore[misc]
+    plugins: Any = config["plugins"]
+    (bridge,) = plugins
     assert bridge["bridge"] == BRIDGE and len(BRIDGE) <= 15  # IFNAMSIZ
     assert bridge["isGateway"] is True and bridge["ipMasq"] is False
     assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.0.0/24"}]]
@@ -271,7 +269,7 @@ def test_claim_env_name_is_the_drivers_variable() -> None:
     assert claim_env_name("c.1", "req/sub-1") == "claim_c_1_req"
 
 
-def _checkpoint(states: list[dict[str, object]]) -> str:
+def _checkpoint(states: list[dict[str, Any]]) -> str:
     data = json.dumps({"kind": "DRACheckpoint", "ClaimInfoStateList": states})
     return json.dumps({"Data": data, "Checksum": 1})
 
