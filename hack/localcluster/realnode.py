@@ -8,10 +8,10 @@ this machine.
 Parts (state under `<cluster folder>/node/` unless said):
 
 - containerd 2 (`hack/build-binaries.sh --node`, with its runc shim) and Debian's runc: its own
-  config, root, state and socket (`containerd.containerd_config`); the CRI plugin with
-  `PAUSE_IMAGE` as sandbox image, and CDI specs read from `node/cdi` only.
-- CNI: Debian's `containernetworking-plugins`; bridge `BRIDGE` as the pods' gateway (no
-  masquerade), host-local IPAM over the node's pod CIDR.
+  config, root, state and socket (`containerd.containerd_config`); the CRI plugin with `PAUSE_IMAGE`
+  as sandbox image, and CDI specs read from `node/cdi` only.
+- CNI: Debian's `containernetworking-plugins`; bridge `BRIDGE` as the pods' gateway (no masquerade),
+  host-local IPAM over the node's pod CIDR.
 - kubelet: `hack/build-binaries.sh --node`; cgroupfs driver on cgroup v1 (`failCgroupV1: false`),
   cgroup root `CGROUP_NAME`.
 - the DRA driver: Kubernetes' test driver as kubelet's plugin (`dradriver.DraDriver`, started after
@@ -20,8 +20,8 @@ Parts (state under `<cluster folder>/node/` unless said):
   environment variables naming the claim and request in the containers that use it.
 - kube-proxy: `hack/build-binaries.sh --node`; iptables mode, NodePorts on the host address only.
 - images: `images/pause` (the sandbox) and `images/probe` (`PROBE_IMAGE`: GET /livez through the
-  `kubernetes` Service), static Go programs written into OCI archives by `oci.py` and imported
-  with `ctr images import`.
+  `kubernetes` Service; with `-env`, print the environment and wait), static Go programs written
+  into OCI archives by `oci.py` and imported with `ctr images import`.
 
 Sockets and kubelet's root folder live in a short folder `/run/gpus-node-*` (a unix socket path
 has at most 104 bytes).
@@ -32,21 +32,21 @@ RuntimeConfig call) that ends in 1.38.
 
 The API server, in real-node mode, listens on every address and advertises this machine's address
 (`host_ip()`), so the `kubernetes` Service's endpoints (the lease reconciler's) reach it from pods
-through kube-proxy's rules; kubelet and kube-proxy authenticate with client certificates signed by
-the cluster CA (`system:node:<name>` in `system:nodes`, allowed by the Node authorizer, and
-`system:kube-proxy`, bound by the bootstrap RBAC policy). The Node object is created before kubelet
-registers so that it carries `spec.podCIDR` (no controller here allocates pod CIDRs).
+through kube-proxy's rules; kubelet, the DRA driver and kube-proxy authenticate with client
+certificates signed by the cluster CA (`system:node:<name>` in `system:nodes`, allowed by the Node
+authorizer, and `system:kube-proxy`, bound by the bootstrap RBAC policy). The Node object is created
+before kubelet registers so that it carries `spec.podCIDR` (no controller here allocates pod CIDRs).
 
 Only one real node runs on a machine at a time (`LOCK_FILE`): the bridge, the iptables chains and
-some sysctls are host-wide. Teardown (`stop`) cordons the node, deletes its pods and waits for
-their sandboxes to go (kubelet unprepares their claims through the driver meanwhile), stops the
-driver (deleting its slices and DeviceClass), stops kube-proxy and removes its rules
-(`kube-proxy --cleanup`), stops kubelet and containerd, kills whatever still runs in the node's
-cgroups, unmounts what is mounted under the node's folder, removes the bridge, the cgroups and the
-files CNI and kubelet left in their fixed folders, and restores the sysctls they changed. It is
-safe to call more than once. What it needs is kept in the lock file while the node runs
-(`HostRecord`), so a start after a launcher that died without its teardown (SIGKILL) cleans up
-what that one left.
+some sysctls are host-wide. Teardown (`stop`) cordons the node, deletes its pods and waits for their
+sandboxes to go (kubelet unprepares their claims through the driver meanwhile), stops the driver
+(deleting its slices and DeviceClass), stops kube-proxy and removes its rules (`kube-proxy
+--cleanup`), stops kubelet and containerd, kills whatever still runs in the node's cgroups, unmounts
+what is mounted under the node's folder, removes the bridge, the cgroups and the files CNI and
+kubelet left in their fixed folders, and restores the sysctls they changed. It is safe to call more
+than once (`hostcleanup.clean_host`). What it needs is kept in the lock file while the node runs
+(`hostcleanup.HostRecord`), so a start after a launcher that died without its teardown (SIGKILL)
+cleans up what that one left.
 """
 
 from __future__ import annotations
