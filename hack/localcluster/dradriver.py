@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -208,15 +207,3 @@ class DraDriver:
         self.cluster.kubectl(
             "delete", "deviceclass", DEVICE_CLASS, "--ignore-not-found", check=False
         )
-
-
-def wait_unprepared(driver: DraDriver, claim_uids: set[str], timeout_s: float) -> bool:
-    """Wait until no CDI spec of the claims with `claim_uids` is left in the driver's CDI folder
-    (the driver removes a claim's specs when kubelet unprepares it); whether that happened."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        names = [p.name for p in driver.paths.cdi_specs.glob("*.json")]
-        if not any(uid in name for uid in claim_uids for name in names):
-            return True
-        time.sleep(0.5)
-    return False
