@@ -11,6 +11,10 @@
 # control plane cached does not rebuild it, and one without the flag never builds them:
 #
 #   $GPU_SCHEDULER_CACHE/bin/kubernetes-node-<v>/{kubelet,kube-proxy}   same k8s.io/kubernetes module
+#   $GPU_SCHEDULER_CACHE/bin/dra-test-driver-<v>/test-driver            same module's
+#                                                   test/e2e/dra/test-driver (the real node's DRA driver)
+#   $GPU_SCHEDULER_CACHE/bin/containerd-<v>/{containerd,ctr,containerd-shim-runc-v2}
+#                                                   github.com/containerd/containerd/v2 (CDI; runc is Debian's)
 #   $GPU_SCHEDULER_CACHE/bin/node-images-<hash>/{pause,probe}           hack/localcluster/images,
 #                                                                        <hash> of its sources
 #
@@ -42,7 +46,7 @@
 # everything go prints goes to $GPU_SCHEDULER_CACHE/build/build.log instead, and its last lines are
 # printed only when a step fails. Prints the cache folder of each component on the last lines of
 # stdout: KUBERNETES_BIN=..., ETCD_BIN=..., KWOK_BIN=... (and KUBERNETES_NODE_BIN=...,
-# NODE_IMAGES_BIN=... with --node, KUEUE_BIN=... with --kueue, CELCHECK_BIN=... with --celcheck)
+# NODE_IMAGES_BIN=..., DRA_DRIVER_BIN=..., CONTAINERD_BIN=... with --node, KUEUE_BIN=... with --kueue, CELCHECK_BIN=... with --celcheck)
 set -euo pipefail
 
 real_node="${GPU_SCHEDULER_REAL_NODE:-0}"
@@ -101,12 +105,19 @@ quiet() { # what, command...
 begin() { printf '[build-binaries %s] %s: building ...' "$(date +%H:%M:%S)" "$1" >&2; }
 done_in() { printf ' built in %d s into %s\n' "$(( SECONDS - $1 ))" "$2" >&2; }
 
-# build_kubernetes [<component> <binaries...>]: the commands k8s.io/kubernetes/cmd/<binary> of the
-# pinned version into $cache/bin/<component>-<v>; by default the control plane's.
+# build_kubernetes [<component> <packages...>]: the commands of k8s.io/kubernetes of the pinned
+# version into $cache/bin/<component>-<v>, each named by its last path element; a package without a
+# slash is cmd/<package>. By default the control plane's.
 build_kubernetes() {
   local component="${1:-kubernetes}"
-  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-  [[ $# -gt 1 ]] && bins=("${@:2}")
+  local packages=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  [[ $# -gt 1 ]] && packages=("${@:2}")
+  local p bins=() targets=()
+  for p in "${packages[@]}"; do
+    [[ "$p" == */* ]] || p="cmd/$p"
+    targets+=("k8s.io/kubernetes/$p")
+    bins+=("${p##*/}")
+  done
   local version="$KUBERNETES_VERSION"
   local out="$cache/bin/$component-$version"
   if have_all "$out" "${bins[@]}"; then log "$component $version: cached in $out"; return; fi
@@ -137,8 +148,8 @@ build_kubernetes() {
     echo "package tools"
     echo
     echo "import ("
-    local b
-    for b in "${bins[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$b\""; done
+    local t
+    for t in "${targets[@]}"; do echo "	_ \"$t\""; done
     echo ")"
   } >"$work/tools.go"
   (cd "$work" && quiet "$component $version: resolving modules" go mod tidy -e)
@@ -151,8 +162,6 @@ build_kubernetes() {
   [[ -n "$commit" ]] && ldflags+=" -X $pkg.gitCommit=$commit"
   local tmp="$out.tmp"
   rm -rf "$tmp" && mkdir -p "$tmp"
-  local targets=()
-  for b in "${bins[@]}"; do targets+=("k8s.io/kubernetes/cmd/$b"); done
   (cd "$work" && quiet "$component $version: compiling" go build -tags tools -trimpath -ldflags "$ldflags" -o "$tmp/" "${targets[@]}")
   rm -rf "$out" && mv "$tmp" "$out"
   done_in "$started" "$out"
@@ -203,6 +212,25 @@ build_kwok() {
   begin "kwok $version"
   GOBIN="$tmp" quiet "kwok $version: compiling" go install -trimpath \
     -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${version#v}" "sigs.k8s.io/kwok/cmd/kwok@$version"
+  rm -rf "$out" && mv "$tmp" "$out"
+  done_in "$started" "$out"
+}
+
+# containerd 2 (CDI on by default), its ctr client and its runc shim, from its published module (no
+# replaces in its go.mod, so `go install` builds it); static (CGO_ENABLED=0: no btrfs snapshotter,
+# which the real node does not use). runc stays Debian's.
+build_containerd() {
+  local version="$CONTAINERD_VERSION"
+  local out="$cache/bin/containerd-$version"
+  if have_all "$out" containerd ctr containerd-shim-runc-v2; then log "containerd $version: cached in $out"; return; fi
+  local started=$SECONDS
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  begin "containerd $version"
+  local module=github.com/containerd/containerd/v2
+  GOBIN="$tmp" quiet "containerd $version: compiling" go install -trimpath \
+    -ldflags "-s -w -X $module/version.Version=$version -X $module/version.Package=github.com/containerd/containerd" \
+    "$module/cmd/containerd@$version" "$module/cmd/ctr@$version" "$module/cmd/containerd-shim-runc-v2@$version"
   rm -rf "$out" && mv "$tmp" "$out"
   done_in "$started" "$out"
 }
@@ -287,6 +315,8 @@ build_kwok
 build_kubernetes
 if [[ "$real_node" == 1 ]]; then
   build_kubernetes kubernetes-node kubelet kube-proxy
+  build_kubernetes dra-test-driver test/e2e/dra/test-driver
+  build_containerd
   build_node_images
 fi
 if [[ "$kueue" == 1 ]]; then
@@ -302,6 +332,8 @@ echo "KWOK_BIN=$cache/bin/kwok-$KWOK_VERSION"
 if [[ "$real_node" == 1 ]]; then
   echo "KUBERNETES_NODE_BIN=$cache/bin/kubernetes-node-$KUBERNETES_VERSION"
   echo "NODE_IMAGES_BIN=$NODE_IMAGES_OUT"
+  echo "DRA_DRIVER_BIN=$cache/bin/dra-test-driver-$KUBERNETES_VERSION"
+  echo "CONTAINERD_BIN=$cache/bin/containerd-$CONTAINERD_VERSION"
 fi
 if [[ "$kueue" == 1 ]]; then
   echo "KUEUE_BIN=$cache/bin/kueue-$KUEUE_VERSION"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything gpu-scheduler's demo and tests need, skipping what is already there:
 #   1. Debian's packages (apt-get; as root, or through sudo): `prometheus`, and what the local
-#      cluster's opt-in real node runs (hack/localcluster/realnode.py): `containerd`, `runc`,
-#      `containernetworking-plugins`, `iptables`, `conntrack`, `nftables`; the offline image build
-#      (hack/image, tests/integration/test_image.py): `mmdebstrap`, `buildah`, `umoci`; the shell
-#      lint (tests/unit/test_shellcheck.py): `shellcheck`,
+#      cluster's opt-in real node runs beside its own Go-built parts (hack/localcluster/realnode.py):
+#      `runc`, `containernetworking-plugins`, `iptables`, `conntrack`, `nftables`; the offline image
+#      build (hack/image, tests/integration/test_image.py): `mmdebstrap`, `buildah`, `umoci`; the
+#      shell lint (tests/unit/test_shellcheck.py): `shellcheck`,
 #   2. the virtualenv .venv with the project and its test extra (re-installed when pyproject.toml changes),
 #   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository;
-#      the real node's kubelet and kube-proxy, and Kueue, are built when a test first starts
-#      them: `hack/build-binaries.sh --node` / `--kueue`).
+#      the real node's kubelet, kube-proxy, containerd 2 and DRA test driver, and Kueue, are built
+#      when a test first starts them: `hack/build-binaries.sh --node` / `--kueue`).
 # Needs: Python >= 3.11, Go >= 1.26 (Kubernetes v1.37 needs it), and a Debian-like system for apt-get.
 set -euo pipefail
 
@@ -27,7 +27,6 @@ command -v go >/dev/null || { log "Go >= 1.26 is required to build the Kubernete
 # Debian package -> a file it installs (present means installed).
 declare -A packages=(
   [prometheus]=/usr/bin/prometheus
-  [containerd]=/usr/bin/containerd
   [runc]=/usr/sbin/runc
   [containernetworking-plugins]=/usr/lib/cni/bridge
   [iptables]=/usr/sbin/iptables

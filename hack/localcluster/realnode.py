@@ -1,44 +1,52 @@
-"""An opt-in real node beside the kwok nodes: containerd, kubelet and kube-proxy on this machine.
+"""An opt-in real node beside the kwok nodes: containerd, kubelet, a DRA driver and kube-proxy on
+this machine.
 
     cluster = LocalCluster(ClusterConfig(real_node=True))
-    cluster.start()      # ... then the node `cluster.real_node.name` is Ready
+    cluster.start()      # ... then the node `cluster.real_node.name` is Ready, with DRA devices
     cluster.stop()       # pods, processes, mounts, iptables rules, links and cgroups gone
 
 Parts (state under `<cluster folder>/node/` unless said):
 
-- containerd and runc: Debian's packages (containerd 1.6); its own config, root, state and
-  socket; the CRI plugin with `PAUSE_IMAGE` as sandbox image.
-- CNI: Debian's `containernetworking-plugins`; bridge `BRIDGE` as the pods' gateway (no
-  masquerade), host-local IPAM over the node's pod CIDR.
+- containerd 2 (`hack/build-binaries.sh --node`, with its runc shim) and Debian's runc: its own
+  config, root, state and socket (`containerd.containerd_config`); the CRI plugin with `PAUSE_IMAGE`
+  as sandbox image, and CDI specs read from `node/cdi` only.
+- CNI: Debian's `containernetworking-plugins`; bridge `BRIDGE` as the pods' gateway (no masquerade),
+  host-local IPAM over the node's pod CIDR.
 - kubelet: `hack/build-binaries.sh --node`; cgroupfs driver on cgroup v1 (`failCgroupV1: false`),
   cgroup root `CGROUP_NAME`.
+- the DRA driver: Kubernetes' test driver as kubelet's plugin (`dradriver.DraDriver`, started after
+  kubelet): one ResourceSlice of `dradriver.NUM_DEVICES` devices for the node, the DeviceClass
+  `dradriver.DEVICE_CLASS`, and for each prepared claim a CDI spec in `node/cdi` that sets
+  environment variables naming the claim and request in the containers that use it.
 - kube-proxy: `hack/build-binaries.sh --node`; iptables mode, NodePorts on the host address only.
 - images: `images/pause` (the sandbox) and `images/probe` (`PROBE_IMAGE`: GET /livez through the
-  `kubernetes` Service), static Go programs written into OCI archives by `oci.py` and imported
-  with `ctr images import`.
+  `kubernetes` Service; with `-env`, print the environment and wait), static Go programs written
+  into OCI archives by `oci.py` and imported with `ctr images import`.
 
 Sockets and kubelet's root folder live in a short folder `/run/gpus-node-*` (a unix socket path
 has at most 104 bytes).
 
-Kubelet 1.37 still accepts containerd 1.6: that runtime does not answer the CRI RuntimeConfig call
-(the cgroup driver), and kubelet falls back to its config's `cgroupDriver` (with a
-"CRILosingSupport" metric naming 1.38), so Debian's package is enough for this version.
+containerd 2 rather than Debian's 1.6: 1.6 has no CDI, so a DRA driver's devices never reach a
+container there, and kubelet 1.37 accepts 1.6 only through a fallback (1.6 does not answer the CRI
+RuntimeConfig call) that ends in 1.38.
 
 The API server, in real-node mode, listens on every address and advertises this machine's address
 (`host_ip()`), so the `kubernetes` Service's endpoints (the lease reconciler's) reach it from pods
-through kube-proxy's rules; kubelet and kube-proxy authenticate with client certificates signed by
-the cluster CA (`system:node:<name>` in `system:nodes`, allowed by the Node authorizer, and
-`system:kube-proxy`, bound by the bootstrap RBAC policy). The Node object is created before kubelet
-registers so that it carries `spec.podCIDR` (no controller here allocates pod CIDRs).
+through kube-proxy's rules; kubelet, the DRA driver and kube-proxy authenticate with client
+certificates signed by the cluster CA (`system:node:<name>` in `system:nodes`, allowed by the Node
+authorizer, and `system:kube-proxy`, bound by the bootstrap RBAC policy). The Node object is created
+before kubelet registers so that it carries `spec.podCIDR` (no controller here allocates pod CIDRs).
 
 Only one real node runs on a machine at a time (`LOCK_FILE`): the bridge, the iptables chains and
-some sysctls are host-wide. Teardown (`stop`) cordons the node, deletes its pods and waits for
-their sandboxes to go, stops kube-proxy and removes its rules (`kube-proxy --cleanup`), stops
-kubelet and containerd, kills whatever still runs in the node's cgroups, unmounts what is mounted
-under the node's folder, removes the bridge, the cgroups and the files CNI and kubelet left in
-their fixed folders, and restores the sysctls they changed. It is safe to call more than once.
-What it needs is kept in the lock file while the node runs (`HostRecord`), so a start after a
-launcher that died without its teardown (SIGKILL) cleans up what that one left.
+some sysctls are host-wide. Teardown (`stop`) cordons the node, deletes its pods and waits for their
+sandboxes to go (kubelet unprepares their claims through the driver meanwhile), stops the driver
+(deleting its slices and DeviceClass), stops kube-proxy and removes its rules (`kube-proxy
+--cleanup`), stops kubelet and containerd, kills whatever still runs in the node's cgroups, unmounts
+what is mounted under the node's folder, removes the bridge, the cgroups and the files CNI and
+kubelet left in their fixed folders, and restores the sysctls they changed. It is safe to call more
+than once (`hostcleanup.clean_host`). What it needs is kept in the lock file while the node runs
+(`hostcleanup.HostRecord`), so a start after a launcher that died without its teardown (SIGKILL)
+cleans up what that one left.
 """
 
 from __future__ import annotations
@@ -46,15 +54,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
-import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -62,6 +67,18 @@ import yaml
 
 from hack.localcluster import hoststate
 from hack.localcluster.binaries import BUILD_SCRIPT, cache_dir, pinned_versions
+from hack.localcluster.containerd import (
+    BRIDGE,
+    PAUSE_IMAGE,
+    RuntimeBinaries,
+    RuntimeFolders,
+    can_lower_oom_score,
+    cni_config,
+    containerd_config,
+)
+from hack.localcluster.dradriver import DraDriver, DriverPaths
+from hack.localcluster.hostcleanup import CGROUP_NAME, HostRecord, clean_host
+from hack.localcluster.nodeconfig import kube_proxy_config, kubelet_config
 from hack.localcluster.oci import ImageFile, write_image_archive
 from hack.localcluster.pki import issue_client_cert
 from hack.localcluster.processes import ComponentError, ProcessGroup
@@ -69,15 +86,9 @@ from hack.localcluster.processes import ComponentError, ProcessGroup
 if TYPE_CHECKING:
     from hack.localcluster.cluster import LocalCluster
 
-PAUSE_IMAGE = "localhost/gpu-scheduler/pause:1"
 PROBE_IMAGE = "localhost/gpu-scheduler/probe:1"
-BRIDGE = "gpus-cni0"
-CNI_NETWORK = "gpu-scheduler-pods"
-CGROUP_NAME = "gpu-scheduler-real-node"
 LOCK_FILE = Path("/run/lock/gpu-scheduler-real-node.lock")
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
-CONTAINER_LOG_LINKS = Path("/var/log/containers")
-CNI_STATE = Path("/var/lib/cni")
 READY_TIMEOUT_S = 120.0
 DRAIN_TIMEOUT_S = 60.0
 REAL_NODE_LABEL = "gpu-scheduler.io/real-node"
@@ -107,10 +118,13 @@ class NodeBinaries:
     kube_proxy: Path
     pause: Path
     probe: Path
-    containerd: Path
-    ctr: Path
-    runc: Path
-    cni_bin_dir: Path
+    dra_driver: Path
+    runtime: RuntimeBinaries
+
+    @property
+    def ctr(self) -> Path:
+        """containerd's command-line client (`ctr images import` of an OCI archive)."""
+        return self.runtime.ctr
 
 
 def host_ip() -> str:
@@ -133,12 +147,12 @@ def host_ip() -> str:
 
 
 def node_binaries(build: bool = True) -> NodeBinaries:
-    """The real node's binaries, building kubelet, kube-proxy and the image programs first
-    (`hack/build-binaries.sh --node`) when missing. Raises RealNodeError naming what is missing
-    (Debian packages: `hack/setup.sh` installs them)."""
+    """The real node's binaries, building kubelet, kube-proxy, the DRA driver, containerd 2 and
+    the image programs first (`hack/build-binaries.sh --node`) when missing. Raises RealNodeError
+    naming what is missing (Debian packages: `hack/setup.sh` installs them)."""
     if os.geteuid() != 0:
         raise RealNodeError("the real node needs root (containerd, mounts, iptables, cgroups)")
-    debian = {name: shutil.which(name) for name in ("containerd", "ctr", "runc", "iptables")}
+    debian = {name: shutil.which(name) for name in ("runc", "iptables")}
     cni = next((Path(d) for d in CNI_BIN_DIRS if (Path(d) / "bridge").is_file()), None)
     absent = [name for name, path in debian.items() if path is None]
     if shutil.which("conntrack") is None:
@@ -148,18 +162,23 @@ def node_binaries(build: bool = True) -> NodeBinaries:
     if absent:
         raise RealNodeError(
             f"the real node needs {', '.join(absent)}; run hack/setup.sh "
-            "(Debian packages containerd, runc, containernetworking-plugins, iptables, conntrack)"
+            "(Debian packages runc, containernetworking-plugins, iptables, conntrack)"
         )
     folders = _built_folders(build)
+    containerd = folders["CONTAINERD_BIN"]
     return NodeBinaries(
         kubelet=folders["KUBERNETES_NODE_BIN"] / "kubelet",
         kube_proxy=folders["KUBERNETES_NODE_BIN"] / "kube-proxy",
         pause=folders["NODE_IMAGES_BIN"] / "pause",
         probe=folders["NODE_IMAGES_BIN"] / "probe",
-        containerd=Path(str(debian["containerd"])),
-        ctr=Path(str(debian["ctr"])),
-        runc=Path(str(debian["runc"])),
-        cni_bin_dir=cni or Path(CNI_BIN_DIRS[0]),
+        dra_driver=folders["DRA_DRIVER_BIN"] / "test-driver",
+        runtime=RuntimeBinaries(
+            containerd=containerd / "containerd",
+            ctr=containerd / "ctr",
+            shim=containerd / "containerd-shim-runc-v2",
+            runc=Path(str(debian["runc"])),
+            cni_bin_dir=cni or Path(CNI_BIN_DIRS[0]),
+        ),
     )
 
 
@@ -199,7 +218,10 @@ class RealNode:
         self.host_ip = ""
         self.binaries: NodeBinaries | None = None
         self.timings: dict[str, float] = {}
-        """Seconds each start step took: containerd, images, kubelet (to node Ready), kube-proxy."""
+        """Seconds each start step took: containerd, images, kubelet (to node Ready), dra-driver
+        (to its ResourceSlice), kube-proxy."""
+        self.dra_driver: DraDriver | None = None
+        """The node's DRA driver once started (`dradriver.DraDriver`)."""
         self._lock: IO[str] | None = None
         self._record = HostRecord(folder=self.folder)
         self.recovered: HostRecord | None = None
@@ -226,6 +248,7 @@ class RealNode:
             self._timed("containerd", self._start_containerd)
             self._timed("images", self._import_images)
             self._timed("kubelet", self._start_kubelet)
+            self._timed("dra-driver", self._start_dra_driver)
             self._timed("kube-proxy", self._start_kube_proxy)
         except BaseException:
             self.stop()
@@ -269,28 +292,32 @@ class RealNode:
 
     def _start_containerd(self) -> None:
         assert self.binaries is not None
-        folder = self.folder / "containerd"
-        cni_conf = self.folder / "cni" / "net.d"
-        cni_conf.mkdir(parents=True, exist_ok=True)
-        (cni_conf / "10-gpu-scheduler.conflist").write_text(
+        folders = RuntimeFolders(
+            containerd=self.folder / "containerd",
+            socket=self.socket,
+            cni_conf=self.folder / "cni" / "net.d",
+            cdi_specs=self.folder / "cdi",
+        )
+        folders.cni_conf.mkdir(parents=True, exist_ok=True)
+        folders.cdi_specs.mkdir(parents=True, exist_ok=True)
+        (folders.cni_conf / "10-gpu-scheduler.conflist").write_text(
             json.dumps(cni_config(self.config.pod_cidr, self.folder / "cni" / "ipam"), indent=2)
         )
-        config = folder / "config.toml"
-        folder.mkdir(parents=True, exist_ok=True)
+        config = folders.containerd / "config.toml"
+        folders.containerd.mkdir(parents=True, exist_ok=True)
         config.write_text(
-            containerd_config(
-                folder, self.socket, cni_conf, self.binaries, not can_lower_oom_score()
-            )
+            containerd_config(folders, self.binaries.runtime, not can_lower_oom_score())
         )
         component = self.processes.start(
-            "containerd", [str(self.binaries.containerd), f"--config={config}"]
+            "containerd", [str(self.binaries.runtime.containerd), f"--config={config}"]
         )
         self.processes.wait_ready(component, lambda: self._ctr("version").returncode == 0, 30.0)
 
     def _ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         assert self.binaries is not None
+        ctr = self.binaries.runtime.ctr
         return subprocess.run(
-            [str(self.binaries.ctr), f"--address={self.socket}", "--namespace=k8s.io", *args],
+            [str(ctr), f"--address={self.socket}", "--namespace=k8s.io", *args],
             capture_output=True,
             text=True,
             check=False,
@@ -345,6 +372,21 @@ class RealNode:
             ],
         )
         self.processes.wait_ready(component, self.ready, READY_TIMEOUT_S)
+
+    def _start_dra_driver(self) -> None:
+        assert self.binaries is not None
+        # The driver acts for the node, as the Node authorizer allows (see dradriver).
+        kubeconfig = self._client_kubeconfig(
+            "dra-driver", f"system:node:{self.name}", "system:nodes"
+        )
+        paths = DriverPaths(
+            binary=self.binaries.dra_driver,
+            kubeconfig=kubeconfig,
+            kubelet_root=self.kubelet_root,
+            cdi_specs=self.folder / "cdi",
+        )
+        self.dra_driver = DraDriver(self.cluster, self.processes, paths, self.name)
+        self.dra_driver.start()
 
     def _client_kubeconfig(self, name: str, user: str, group: str | None) -> Path:
         assert self.cluster.pki is not None
@@ -438,6 +480,9 @@ class RealNode:
         running = {c.name for c in self.processes.components if c.alive()}
         if "kubelet" in running:
             self._drain()
+        if self.dra_driver is not None:
+            self.dra_driver.stop()
+            self.dra_driver = None
         self._stop_component("kube-proxy")
         self._stop_component("kubelet")
         if self.cluster.binaries is not None:
@@ -475,198 +520,6 @@ class RealNode:
             time.sleep(0.5)
 
 
-@dataclass(frozen=True)
-class HostRecord:
-    """What teardown needs to put the host back: the node's folders, the sysctls and nftables
-    tables as they were before the start, and the fixed folders that did not exist then."""
-
-    folder: Path
-    socket_dir: Path | None = None
-    sysctls: dict[str, str] = field(default_factory=dict)
-    nft_tables: frozenset[str] = frozenset()
-    created_paths: tuple[Path, ...] = ()
-
-    @classmethod
-    def now(cls, folder: Path, socket_dir: Path) -> HostRecord:
-        """The host as it is before a start."""
-        sysctls = {}
-        for name in hoststate.SYSCTLS:
-            path = Path("/proc/sys") / name
-            if path.is_file():
-                sysctls[name] = path.read_text().strip()
-        created = tuple(
-            Path(watched)
-            for watched in (*hoststate.WATCHED_PATHS, "/run/containerd/s")
-            if not Path(watched).exists()
-        )
-        return cls(folder, socket_dir, sysctls, frozenset(nft_tables()), created)
-
-    def to_json(self) -> str:
-        """One JSON line; empty for a record with nothing to clean (no socket folder)."""
-        if self.socket_dir is None:
-            return ""
-        return json.dumps(
-            {
-                "folder": str(self.folder),
-                "socket_dir": str(self.socket_dir),
-                "sysctls": self.sysctls,
-                "nft_tables": sorted(self.nft_tables),
-                "created_paths": [str(p) for p in self.created_paths],
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> HostRecord | None:
-        """The record in `text`, or None when it is empty or not a record."""
-        try:
-            data = json.loads(text)
-            return cls(
-                folder=Path(data["folder"]),
-                socket_dir=Path(data["socket_dir"]),
-                sysctls={str(k): str(v) for k, v in data["sysctls"].items()},
-                nft_tables=frozenset(map(str, data["nft_tables"])),
-                created_paths=tuple(Path(p) for p in data["created_paths"]),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-
-def clean_host(record: HostRecord, kube_proxy: Path | None) -> None:
-    """Put the host back as `record` says it was, once kubelet, kube-proxy and containerd are
-    stopped: kube-proxy's and kubelet's iptables rules, processes left in the node's cgroups and
-    containerd's shims, mounts under its folders, the bridge, the cgroups, CNI's and kubelet's
-    files in fixed folders, the socket folder, the sysctls."""
-    if kube_proxy is not None and kube_proxy.is_file():
-        subprocess.run([str(kube_proxy), "--cleanup", "--v=0"], capture_output=True, check=False)
-    remove_kube_iptables(set(record.nft_tables))
-    folders = [record.folder] + ([record.socket_dir] if record.socket_dir else [])
-    _kill_leftovers(folders)
-    _unmount(folders)
-    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
-    _remove_cgroups()
-    _remove_host_files(record)
-    if record.socket_dir is not None:
-        shutil.rmtree(record.socket_dir, ignore_errors=True)
-    _restore_sysctls(record.sysctls)
-
-
-def _kill_leftovers(folders: list[Path]) -> None:
-    """SIGKILL every process that names one of `folders` (containerd's shims name its socket)
-    and every process left in the node's cgroups."""
-    pids = {
-        int(line.split()[0])
-        for folder in folders
-        for line in hoststate.processes_mentioning(str(folder))
-    }
-    for cgroup in hoststate.cgroups_named(CGROUP_NAME):
-        try:
-            pids.update(int(p) for p in Path(cgroup, "cgroup.procs").read_text().split())
-        except OSError:
-            continue
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-
-
-def _unmount(folders: list[Path]) -> None:
-    for _ in range(3):
-        points = [point for folder in folders for point in hoststate.mounts_under(folder)]
-        if not points:
-            return
-        for point in sorted(points, key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-
-
-def _remove_cgroups() -> None:
-    deadline = time.monotonic() + 10.0
-    while time.monotonic() < deadline:
-        remaining = hoststate.cgroups_named(CGROUP_NAME)
-        if not remaining:
-            return
-        for cgroup in sorted(remaining, key=len, reverse=True):
-            try:
-                os.rmdir(cgroup)
-            except OSError:
-                continue
-        time.sleep(0.2)
-
-
-def _remove_host_files(record: HostRecord) -> None:
-    """CNI's result cache and kubelet's log links live in fixed folders: remove this node's
-    entries, and the folders themselves when they did not exist before the start."""
-    for result in (CNI_STATE / "results").glob(f"{CNI_NETWORK}-*"):
-        result.unlink(missing_ok=True)
-    if CONTAINER_LOG_LINKS.is_dir():
-        for link in CONTAINER_LOG_LINKS.iterdir():
-            if link.is_symlink() and os.readlink(link).startswith(str(record.folder)):
-                link.unlink()
-    for path in sorted(record.created_paths, key=lambda p: len(str(p)), reverse=True):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _restore_sysctls(sysctls: dict[str, str]) -> None:
-    for name, value in sysctls.items():
-        path = Path("/proc/sys") / name
-        try:
-            if path.read_text().strip() != value:
-                path.write_text(value)
-        except OSError:
-            continue
-
-
-def can_lower_oom_score() -> bool:
-    """Whether this process holds CAP_SYS_RESOURCE, needed to lower an oom_score_adj."""
-    cap_sys_resource = 24
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> cap_sys_resource & 1)
-    return False
-
-
-def nft_tables() -> set[str]:
-    """The nftables tables ("ip filter", "ip6 nat", ...) that exist now; empty without `nft`."""
-    if shutil.which("nft") is None:
-        return set()
-    lines = _output(["nft", "list", "tables"]).splitlines()
-    return {line.removeprefix("table ").strip() for line in lines if line.startswith("table ")}
-
-
-def remove_kube_iptables(tables_before: set[str]) -> None:
-    """Remove what kubelet and kube-proxy leave in iptables after `kube-proxy --cleanup`: kubelet's
-    chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, ...) and the rules that jump
-    to any KUBE-* chain, for IPv4 and IPv6; then the nftables tables that iptables created and
-    that hold nothing but empty built-in chains, unless they existed before (`tables_before`)."""
-    for family in ("iptables", "ip6tables"):
-        if shutil.which(f"{family}-save") is None:
-            continue
-        table = ""
-        chains: dict[str, list[str]] = {}
-        for line in _output([f"{family}-save"]).splitlines():
-            if line.startswith("*"):
-                table = line[1:]
-                chains[table] = []
-            elif line.startswith(":KUBE-"):
-                chains[table].append(line[1:].split()[0])
-            elif line.startswith("-A ") and "KUBE-" in line:
-                rule = shlex.split(line)
-                if not rule[1].startswith("KUBE-"):  # rules inside KUBE-* chains go with them
-                    _output([family, "-w", "-t", table, "-D", *rule[1:]])
-        for table, names in chains.items():
-            for name in names:
-                _output([family, "-w", "-t", table, "-F", name])
-            for name in names:
-                _output([family, "-w", "-t", table, "-X", name])
-    if shutil.which("nft") is None:
-        return
-    for table in sorted(nft_tables() - tables_before):
-        listing = _output(["nft", "list", "table", *table.split()])
-        if not re.search(r"^\s*(?!type |policy |chain |table |})\S", listing, re.MULTILINE):
-            _output(["nft", "delete", "table", *table.split()])
-
-
 def _cgroup_hierarchies() -> list[Path]:
     """The mounted cgroup v1 hierarchies and the v2 one (each a folder of /sys/fs/cgroup that
     holds cgroup files)."""
@@ -674,161 +527,6 @@ def _cgroup_hierarchies() -> list[Path]:
     if (root / "cgroup.controllers").is_file():  # a pure v2 machine: one hierarchy
         return [root]
     return [h for h in sorted(root.iterdir()) if h.is_dir() and not h.is_symlink()]
-
-
-def cni_config(pod_cidr: str, ipam_dir: Path) -> dict[str, object]:
-    """The CNI network: a bridge that is the pods' gateway (so pods reach this machine's
-    addresses, and through kube-proxy's rules the Service ClusterIPs), without masquerading
-    (pods reach nothing beyond this machine), IPs from `pod_cidr`."""
-    return {
-        "cniVersion": "1.0.0",
-        "name": CNI_NETWORK,
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": BRIDGE,
-                "isGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": pod_cidr}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": str(ipam_dir),
-                },
-            }
-        ],
-    }
-
-
-def containerd_config(
-    folder: Path, socket: Path, cni_conf: Path, binaries: NodeBinaries, restrict_oom: bool
-) -> str:
-    """containerd 1.6's config (version 2): every path under `folder`, the CRI plugin with the
-    offline sandbox image, runc with cgroupfs, CNI from `cni_conf`; `restrict_oom` when this
-    process cannot lower an oom_score_adj (`can_lower_oom_score`)."""
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    runc = f"{cri}.containerd.runtimes.runc"
-    return f"""version = 2
-root = "{folder / "root"}"
-state = "{folder / "state"}"
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = "{socket}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{folder / "opt"}"
-
-[{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  # Lowering a process's oom_score_adj needs CAP_SYS_RESOURCE, which some sandboxes (such as
-  # these machines') withhold even from root: runc then fails creating every pod sandbox (kubelet
-  # asks -998 for it). Clamp to no lower than containerd's own, as rootless set-ups do.
-  restrict_oom_score_adj = {"true" if restrict_oom else "false"}
-
-[{cri}.cni]
-  bin_dir = "{binaries.cni_bin_dir}"
-  conf_dir = "{cni_conf}"
-  max_conf_num = 1
-
-[{cri}.containerd]
-  snapshotter = "overlayfs"
-  default_runtime_name = "runc"
-
-[{runc}]
-  runtime_type = "io.containerd.runc.v2"
-
-[{runc}.options]
-  BinaryName = "{binaries.runc}"
-  Root = "{folder / "runc"}"
-  SystemdCgroup = false
-"""
-
-
-def kubelet_config(
-    socket: Path,
-    ca_file: Path,
-    address: str,
-    ports: tuple[int, int],
-    pod_logs: Path,
-    max_pods: int,
-) -> dict[str, object]:
-    """The KubeletConfiguration: cgroupfs on cgroup v1 (refused since 1.35 unless
-    `failCgroupV1: false`), its own cgroup root, client-certificate authentication with every
-    authenticated request allowed (the API server's client is the admin), no image garbage
-    collection (the offline images cannot be pulled again), eviction only near real exhaustion."""
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "failCgroupV1": False,
-        "cgroupDriver": "cgroupfs",
-        "cgroupRoot": f"/{CGROUP_NAME}",
-        "containerRuntimeEndpoint": f"unix://{socket}",
-        "address": address,
-        "port": ports[0],
-        "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
-        "healthzPort": ports[1],
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": False},
-            "x509": {"clientCAFile": str(ca_file)},
-        },
-        "authorization": {"mode": "AlwaysAllow"},
-        "podLogsDir": str(pod_logs),
-        "maxPods": max_pods,
-        "failSwapOn": False,
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "evictionHard": {
-            "memory.available": "100Mi",
-            "nodefs.available": "1%",
-            "imagefs.available": "1%",
-            "nodefs.inodesFree": "1%",
-        },
-        "mergeDefaultEvictionSettings": False,
-        "serializeImagePulls": False,
-        "registerNode": True,
-        "rotateCertificates": False,
-        "serverTLSBootstrap": False,
-        "protectKernelDefaults": False,
-    }
-
-
-def kube_proxy_config(
-    kubeconfig: Path, node_name: str, cluster_cidr: str, healthz_port: int, metrics_port: int
-) -> dict[str, object]:
-    """KubeProxyConfiguration: iptables mode; NodePorts on this machine's primary address only,
-    no localhost NodePorts (which would need route_localnet); conntrack sysctls left alone."""
-    return {
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-        "kind": "KubeProxyConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "mode": "iptables",
-        "hostnameOverride": node_name,
-        "clusterCIDR": cluster_cidr,
-        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
-        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
-        "nodePortAddresses": ["primary"],
-        "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
-        "conntrack": {
-            "maxPerCore": 0,
-            "min": 0,
-            "tcpEstablishedTimeout": "0s",
-            "tcpCloseWaitTimeout": "0s",
-        },
-    }
 
 
 def free_port_on(address: str) -> int:

@@ -22,13 +22,9 @@ import pytest
 from hack.localcluster import ClusterConfig, LocalCluster, hoststate
 from hack.localcluster.binaries import pinned_versions
 from hack.localcluster.cluster import REPO_ROOT
-from hack.localcluster.realnode import (
-    BRIDGE,
-    CGROUP_NAME,
-    PROBE_IMAGE,
-    RealNode,
-    RealNodeError,
-)
+from hack.localcluster.containerd import BRIDGE
+from hack.localcluster.hostcleanup import CGROUP_NAME
+from hack.localcluster.realnode import PROBE_IMAGE, RealNode, RealNodeError
 
 pytestmark = pytest.mark.real_node
 POD_TIMEOUT_S = 90.0
@@ -117,7 +113,7 @@ CHILD = """
 import json, sys, time
 from pathlib import Path
 from hack.localcluster import ClusterConfig, LocalCluster
-from hack.localcluster.realnode import PAUSE_IMAGE
+from hack.localcluster.containerd import PAUSE_IMAGE
 folder = Path(sys.argv[1])
 cluster = LocalCluster(ClusterConfig(work_dir=folder / "cluster", real_node=True,
                                      kube_scheduler=False, prometheus=False, fake_dcgm=False))
@@ -187,8 +183,11 @@ def test_node_is_ready_with_its_pod_cidr(real_node_cluster: LocalCluster) -> Non
     assert node is not None
     assert node["spec"]["podCIDR"] == real_node.config.pod_cidr  # type: ignore[index]
     info = node["status"]["nodeInfo"]  # type: ignore[index]
-    assert info["kubeletVersion"] == pinned_versions()["KUBERNETES_VERSION"]
-    assert info["containerRuntimeVersion"].startswith("containerd://")
+    versions = pinned_versions()
+    assert info["kubeletVersion"] == versions["KUBERNETES_VERSION"]
+    # containerd 2 built by hack/build-binaries.sh --node, not Debian's 1.6 (which has no CDI).
+    containerd = versions["CONTAINERD_VERSION"].removeprefix("v")
+    assert info["containerRuntimeVersion"] == f"containerd://{containerd}"
     addresses = node["status"]["addresses"]  # type: ignore[index]
     assert {"type": "InternalIP", "address": real_node.host_ip} in addresses
 

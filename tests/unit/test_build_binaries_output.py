@@ -46,8 +46,11 @@ case "$1" in
       touch "$out"; chmod +x "$out"
     fi ;;
   install)
-    target="${*: -1}"; name="${target%@*}"; name="${name##*/}"
-    touch "$GOBIN/$name"; chmod +x "$GOBIN/$name" ;;
+    for target in "$@"; do
+      [[ "$target" == *@* ]] || continue
+      name="${target%@*}"; name="${name##*/}"
+      touch "$GOBIN/$name"; chmod +x "$GOBIN/$name"
+    done ;;
 esac
 """
 

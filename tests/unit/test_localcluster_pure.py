@@ -93,7 +93,13 @@ def test_prometheus_config_scrapes_the_exporter(tmp_path: Path) -> None:
 
 def test_versions_are_pinned_exactly() -> None:
     versions = pinned_versions()
-    assert set(versions) == {"KUBERNETES_VERSION", "ETCD_VERSION", "KWOK_VERSION", "KUEUE_VERSION"}
+    assert set(versions) == {
+        "KUBERNETES_VERSION",
+        "ETCD_VERSION",
+        "KWOK_VERSION",
+        "KUEUE_VERSION",
+        "CONTAINERD_VERSION",
+    }
     for value in versions.values():
         assert value.startswith("v") and value.count(".") == 2
 

@@ -4,6 +4,10 @@
 // volume. It tries up to -attempts times, one second apart, and writes one line saying what it got
 // to stdout and to the termination-message file (so the pod's status carries it). Exit 0 when
 // /livez answered 200 "ok"; 1 otherwise.
+//
+// With -env it does nothing of that: it prints its environment, one sorted NAME=VALUE line each
+// (what the container runtime gave it, CDI edits included), and then waits for SIGTERM or SIGINT
+// and exits 0, so that the pod keeps running and its log shows that environment.
 package main
 
 import (
@@ -16,7 +20,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -26,7 +33,13 @@ func main() {
 	attempts := flag.Int("attempts", 30, "tries before giving up, one second apart")
 	path := flag.String("path", "/livez", "API server path to GET")
 	message := flag.String("termination-log", "/dev/termination-log", "file for the result line")
+	env := flag.Bool("env", false, "print the environment and wait for SIGTERM instead of probing")
 	flag.Parse()
+
+	if *env {
+		printEnvironmentAndWait()
+		return
+	}
 
 	line, err := probe(*attempts, *path)
 	if err != nil {
@@ -85,4 +98,13 @@ func probe(attempts int, path string) (string, error) {
 		last = fmt.Errorf("GET %s: %d %q", url, response.StatusCode, text)
 	}
 	return "", last
+}
+
+func printEnvironmentAndWait() {
+	variables := os.Environ()
+	sort.Strings(variables)
+	fmt.Println(strings.Join(variables, "\n"))
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	<-stop
 }
