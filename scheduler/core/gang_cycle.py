@@ -136,7 +136,8 @@ class GangCycle(BindingCycle):
         by_key = {q.key: q for q in batch}
         binds: list[asyncio.Task[Exception | None]] = []
         for member in plan.placed:
-            placement = Placement(member.node, member.gpus, member.domain, member.score)
+            devices = member.claims.described() if member.claims is not None else ()
+            placement = Placement(member.node, member.gpus, member.domain, member.score, devices)
             log.info(
                 "pod_placed",
                 pod=member.pod.key,
@@ -147,9 +148,8 @@ class GangCycle(BindingCycle):
                 gang=gang,
             )
             entry = by_key[member.pod.key]
-            binds.append(
-                self._start_binding(entry, self._bind(entry, member.pod, placement), "bind")
-            )
+            work = self._bind(entry, member.pod, placement, claims=member.claims)
+            binds.append(self._start_binding(entry, work, "bind"))
         for key, reason in plan.unplaced.items():
             self._unschedulable(by_key[key], f"gang {group.name}: {reason}", plugins)
         self._tasks.spawn(self._bind_gang(group, binds), name=f"bind-gang:{gang}")

@@ -16,6 +16,13 @@ land on nodes with one value of that node label: the values are tried best-first
 GPUs first, then by name) and the first where at least `need` members fit is taken. Nodes
 without the label are never used. Members already placed (bound or assumed) pin the value.
 
+Members with ResourceClaims (or extended resources a DeviceClass serves) get their devices as a
+single pod would (`scheduler.plugins.dynamic_resources`): each member's claims are allocated on
+its node, NVLink-aware, and assumed in the DRA store before the next member is tried, so no two
+members take one device; the plan carries each member's claim writes (`MemberPlacement.claims`)
+for the binding cycle. On nodes whose GPUs come from DRA, "free GPUs" above means the node's free
+NVLink-mapped devices.
+
 The outcome holds every member that fit (up to all of them) when at least `need` did; then
 their placements stay assumed in the cache and the caller binds them. When fewer than `need`
 fit anywhere, nothing stays assumed (each assumption is forgotten) and `reasons` says why
@@ -39,9 +46,16 @@ from scheduler.framework.snapshot import Snapshot
 from scheduler.gangs.tracker import PodGroupInfo
 from scheduler.model.fields import sorted_errors
 from scheduler.model.objects import PodInfo
+from scheduler.model.resources import GPU
 from scheduler.model.unsupported import unsupported_message
 from scheduler.plugins.dynamic_resources import NAME as DYNAMIC_RESOURCES
-from scheduler.plugins.extended_resources import mapped_resources, node_delegates
+from scheduler.plugins.dynamic_resources import (
+    ClaimPlan,
+    DynamicResourcesError,
+    assume_claims,
+    free_mapped_devices,
+    plan_claims,
+)
 from scheduler.state.cache import ClusterCache
 from topology.occupancy import NO_DOMAIN, choose_gpus
 from topology.text import clip
@@ -56,6 +70,8 @@ class MemberPlacement:
     gpus: tuple[int, ...]
     domain: int
     score: float
+    claims: ClaimPlan | None = None
+    """DynamicResources' writes for the member (its claims' devices, assumed in the store)."""
 
 
 @dataclass
@@ -113,21 +129,7 @@ def _precheck(pod: PodInfo, snapshot: Snapshot) -> str:
         return f"pod has invalid fields: {sorted_errors(pod.errors)}"
     if pod.unsupported:
         return unsupported_message(pod.unsupported, snapshot.node_count)
-    if pod.resource_claims is not None:
-        return (
-            f"0/{snapshot.node_count} nodes are available: gpu-scheduler does not place "
-            "gang members with resource claims yet (spec.resourceClaims)."
-        )
     return ""
-
-
-def dra_served_rows(pod: PodInfo, snapshot: Snapshot) -> npt.NDArray[np.bool_]:  # (rows,)
-    """Rows where a DeviceClass would serve one of the member's extended resources through a
-    claim (`scheduler.plugins.extended_resources`): gang members are not placed there yet."""
-    served = np.zeros(snapshot.rows, dtype=bool)  # served: (rows,)
-    for resource in mapped_resources(pod, snapshot.cache.dra):
-        served |= node_delegates(snapshot, resource)
-    return served
 
 
 @dataclass(frozen=True)
@@ -216,19 +218,14 @@ def _fill(
             plugins.add("PodSpec")
             left -= pod.gpus
             continue
-        evaluation = framework.evaluate(pod, snapshot, choose=False)
-        feasible = evaluation.diagnosis.feasible & snapshot.valid  # feasible: (rows,)
-        served = dra_served_rows(pod, snapshot) & feasible  # served: (rows,)
-        if served.any() and not (feasible & ~served).any():
-            unplaced[pod.key] = (
-                f"{where}0/{snapshot.node_count} nodes are available: gpu-scheduler does not "
-                "place gang members on nodes that serve their extended resources through DRA "
-                "yet."
-            )
+        try:
+            evaluation = framework.evaluate(pod, snapshot, choose=False)
+        except DynamicResourcesError as error:  # a selector failed: an error, not a verdict
+            unplaced[pod.key] = clip(f'{where}running Filter plugin "{DYNAMIC_RESOURCES}": {error}')
             plugins.add(DYNAMIC_RESOURCES)
             left -= pod.gpus
             continue
-        feasible &= ~served
+        feasible = evaluation.diagnosis.feasible & snapshot.valid  # feasible: (rows,)
         if not feasible.any():
             message = evaluation.diagnosis.message(snapshot.valid)
             unplaced[pod.key] = f"{where}{message}" if where else message
@@ -237,6 +234,7 @@ def _fill(
             continue
         rows = np.flatnonzero(feasible)  # rows: (candidates,)
         free = (snapshot.gpu_total - snapshot.gpu_used)[rows]  # free: (candidates,)
+        free = np.maximum(free, free_mapped_devices(evaluation.state, rows))  # (DRA nodes)
         # Best first: used by the gang, holds most of the GPUs left, best score, lowest row.
         order = np.lexsort(
             (rows, -evaluation.total[rows], -np.minimum(free, left), ~used[rows])
@@ -245,15 +243,28 @@ def _fill(
         node = snapshot.names[row]
         gpus: tuple[int, ...] = ()
         domain_id = NO_DOMAIN
-        if pod.gpus:
+        if pod.gpus and cache.allocatable[row, GPU]:  # (no GPU allocatable: DRA serves them)
             choice = choose_gpus(cache.nodes[node].topology, cache.node_gpus_used(node), pod.gpus)
             if choice is None:  # the filters guarantee enough free GPUs; stay safe regardless
                 unplaced[pod.key] = f"node {node} has fewer than {pod.gpus} free GPUs"
                 left -= pod.gpus
                 continue
             gpus, domain_id = tuple(choice.gpus), int(choice.domain)
+        try:
+            claims = plan_claims(evaluation.state, row, pod)
+        except DynamicResourcesError as error:
+            unplaced[pod.key] = clip(
+                f'{where}running Reserve plugin "{DYNAMIC_RESOURCES}": {error}'
+            )
+            plugins.add(DYNAMIC_RESOURCES)
+            left -= pod.gpus
+            continue
+        claims = None if claims is None or claims.empty else claims
         cache.assume(pod, node, gpus)
-        placed.append(MemberPlacement(pod, node, gpus, domain_id, float(evaluation.total[row])))
+        if claims is not None:  # the next members see its devices taken; `forget` gives back
+            assume_claims(cache.dra, claims)
+        score = float(evaluation.total[row])
+        placed.append(MemberPlacement(pod, node, gpus, domain_id, score, claims))
         used[row] = True
         left -= pod.gpus
     return placed, unplaced, plugins

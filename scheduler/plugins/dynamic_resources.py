@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
+import numpy.typing as npt
 
 from scheduler.dra.allocator import AllocationError, Allocator
 from scheduler.dra.domains import DeviceDomains, device_domains
@@ -426,6 +427,19 @@ class DynamicResources:
             if not allocation.node_selector.matches(node, labels):
                 return False
         return True
+
+
+def free_mapped_devices(state: CycleState, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """(len(rows),) the free NVLink-mapped devices of each row before the pod, where the pod's
+    allocations take mapped devices there (0 elsewhere)."""
+    claim_state = state.data.get(NAME)
+    found = np.zeros(len(rows), dtype=np.int64)  # found: (len(rows),)
+    if isinstance(claim_state, PodClaimState):
+        for i, row in enumerate(rows):
+            occupancy = claim_state.occupancy.get(int(row))
+            if occupancy is not None:
+                found[i] = sum(occupancy.free)
+    return found
 
 
 def plan_claims(state: CycleState, row: int, pod: PodInfo) -> ClaimPlan | None:

@@ -4,7 +4,8 @@ DeviceClass `gpu.nvidia.com` has `extendedResourceName: nvidia.com/gpu`) gets a 
 gpu-scheduler, with the manifests' RBAC: created with the pod as controller owner and the
 `resource.kubernetes.io/extended-resource-claim` annotation, allocated inside one NVLink domain,
 reserved for the pod, named in the pod's `status.extendedResourceClaimStatus`; the pod's
-deletion takes the claim with it (garbage collection) and frees its devices."""
+deletion takes the claim with it (garbage collection) and frees its devices. A gang whose members
+use claims binds all members with distinct devices."""
 
 from __future__ import annotations
 
@@ -16,8 +17,17 @@ from kubernetes_asyncio import client
 
 from hack.localcluster import D8, LocalCluster
 from scheduler.model.claims import DELETE_PROTECTION_FINALIZER, EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from tests.dra_objects import claim_template
 from tests.integration.test_deployment_rbac import rbac_documents, scheduler_kubeconfig
-from tests.integration.test_dra_allocation import allocated_devices, claim_json, hold, uuids
+from tests.integration.test_dra_allocation import (
+    allocated_devices,
+    claim_json,
+    dra_pod,
+    gpus,
+    hold,
+    uuids,
+)
+from tests.integration.test_gangs import create_group
 from tests.kube import eventually
 from tests.scheduling import (
     TEST_LABEL,
@@ -142,3 +152,48 @@ async def test_without_the_device_class_mapping_a_dra_node_offers_no_gpus(
 
         message = await eventually(refused, what="unserved pod reported")
     assert "Insufficient example.com/unserved" in message
+
+
+async def test_a_gang_with_claims_binds_all_members_with_distinct_devices_of_one_domain_each(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """A PodGroup of three members, two with a template claim for 2 GPUs and one asking for
+    `nvidia.com/gpu: 2`, on one D8 node whose gpu-0 is taken: all bind together, each member's
+    claim allocated inside one NVLink domain, no device twice."""
+    api = core_api.api_client
+    [node] = await make_nodes(core_api, [isolated(D8, namespace)])
+    ids = await uuids(api, node)
+    await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
+        namespace, claim_template("two-gpus", namespace, gpus(2))
+    )
+    await create_group(api, namespace, "pg", 3)
+    pods = []
+    for name in ("w0", "w1"):
+        pod = dra_pod(namespace, name, [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}])
+        pods.append(pod)
+    pods.append(gpu_pod(namespace, "w2", 2))
+    async with running_daemon(cluster, settings_for(namespace)):
+        await hold(api, namespace, "holder", ids["gpu-0"])
+        await wait_bound(core_api, namespace, "holder")
+        for pod in pods:
+            pod["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
+            await core_api.create_namespaced_pod(namespace, pod)
+        for name in ("w0", "w1", "w2"):
+            await wait_bound(core_api, namespace, name)
+        claims = {
+            owner_of(c): c for c in await claims_of(api, namespace) if owner_of(c) != "holder"
+        }
+        devices = {
+            name: sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"])
+            for name, claim in claims.items()
+        }
+    assert sorted(devices) == ["w0", "w1", "w2"]
+    taken = [d for held in devices.values() for d in held]
+    assert len(taken) == len(set(taken)) == 6 and "gpu-0" not in taken
+    for held in devices.values():
+        assert len({int(d.removeprefix("gpu-")) // 4 for d in held}) == 1, devices
+
+
+def owner_of(claim: Json) -> str:
+    owners = claim["metadata"].get("ownerReferences") or [{}]
+    return str(owners[0].get("name") or claim["metadata"]["name"])

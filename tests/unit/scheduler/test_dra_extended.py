@@ -301,22 +301,40 @@ def test_the_in_memory_allocation_ends_when_the_created_claim_is_seen_allocated(
     assert cache.dra.extended_claim_of("uid-p") is not None
 
 
-def test_gang_members_go_to_device_plugin_nodes_only() -> None:
-    cache = dra_cluster()
-    members = [parse_pod(gpu_pod(f"m{i}", 2)) for i in range(2)]
+def test_gang_members_prefer_the_node_with_most_room_and_get_device_plugin_gpus_there() -> None:
+    cache = dra_cluster()  # dp: 8 free GPUs; dra: 7 free devices; the gang asks for 8
+    members = [parse_pod(gpu_pod(f"m{i}", 4)) for i in range(2)]
     plan = plan_gang(cache, default_framework(SchedulerConfig()), members, need=2)
     assert plan.fits and {p.node for p in plan.placed} == {"dp"}
-    assert all(p.gpus for p in plan.placed)  # device-plugin GPU indices
+    assert all(p.gpus and p.claims is None for p in plan.placed)
 
 
-def test_gang_members_are_not_placed_where_only_dra_serves_their_gpus() -> None:
+def test_gang_members_on_a_dra_node_get_distinct_devices_through_their_claims() -> None:
     cache = dra_cluster()
     cache.remove_node("dp")
-    members = [parse_pod(gpu_pod(f"m{i}", 2)) for i in range(2)]
+    members = [parse_pod(gpu_pod(f"m{i}", 2)) for i in range(3)]
+    plan = plan_gang(cache, default_framework(SchedulerConfig()), members, need=3)
+    assert plan.fits and {p.node for p in plan.placed} == {"dra"}
+    taken: list[str] = []
+    for member in plan.placed:
+        assert member.gpus == () and member.claims is not None and member.claims.create
+        _, allocation = member.claims.create
+        devices = sorted(r.device for r in allocation.results)
+        assert len({int(d.removeprefix("gpu-")) // 4 for d in devices}) == 1  # one domain
+        taken += devices
+    assert len(taken) == len(set(taken)) == 6 and "gpu-0" not in taken
+    # Devices of the placed members are in flight in the store until their writes land.
+    assert len(cache.dra.in_use()) == 7
+
+
+def test_a_gang_that_does_not_fit_gives_its_members_devices_back() -> None:
+    cache = dra_cluster()
+    cache.remove_node("dp")
+    members = [parse_pod(gpu_pod(f"m{i}", 4)) for i in range(2)]  # 8 asked, 7 free
     plan = plan_gang(cache, default_framework(SchedulerConfig()), members, need=2)
     assert not plan.fits
-    assert all("through DRA" in why for why in plan.unplaced.values())
-    assert plan.plugins == {"DynamicResources"}
+    assert cache.dra.in_use() == frozenset({("gpu.nvidia.com", "dra", "gpu-0")})
+    assert all(not cache.is_assumed(m.key) for m in members)
 
 
 def test_a_gpu_request_larger_than_any_node_counts_the_devices_of_dra_nodes() -> None:
