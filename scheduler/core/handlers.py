@@ -14,6 +14,9 @@
   and, unless it already shows PodScheduled=False with reason SchedulingGated, `gated(pod)` is
   told (the scheduler patches that condition); the update that removes the last gate queues it
   in activeQ at once.
+- Pods whose ResourceClaimTemplate's claim is not created yet (DynamicResources' PreEnqueue) are
+  not queued, and nothing is reported for them, as with kube-scheduler; the resourceclaim
+  controller's write of the claim's name into the pod's status is the update that queues them.
 - Gang members (spec.schedulingGroup, `scheduler.gangs.tracker`): PreEnqueue holds a member back,
   like a gated pod, until its PodGroup exists, is valid and at least minCount of its pods exist
   (`gang_waiting(pod, message)` is told once per hold); then every held member is queued
@@ -137,6 +140,11 @@ def _same_spec(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return relevant(old) == relevant(new)
 
 
+def waits_for_claims(pod: PodInfo) -> bool:
+    """Whether a claim the pod's template makes is not created yet (`PodClaims.waiting`)."""
+    return pod.resource_claims is not None and bool(pod.resource_claims.waiting)
+
+
 def _shows_gated(obj: Mapping[str, Any]) -> bool:
     """Whether the pod already has PodScheduled=False, reason SchedulingGated (the API server
     sets it when a gated pod is created): then there is nothing to patch."""
@@ -226,6 +234,11 @@ class PodHandler:
                 self.queue.update(pod.key, pod.priority, pod)
             else:
                 self.queue.add(pod.key, pod.priority, pod)
+        elif self._ours_and_pending(pod) and waits_for_claims(pod):
+            # PreEnqueue (DynamicResources): the resourceclaim controller has not made the claim
+            # of a template yet; writing its name into the pod's status is the update that
+            # queues the pod. Not tried, no event, as kube-scheduler.
+            self.queue.delete(pod.key)
         elif self._ours_and_pending(pod):
             if pod.pod_affinity is not None and pod.pod_affinity.required_affinity:
                 self.affinity_waiters.add(pod.key)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.core.handlers import PodHandler
 from scheduler.core.queue import SchedulingQueue
 from scheduler.model.claims import CLAIM_NOT_CREATED
 from scheduler.model.objects import PodInfo, parse_pod
 from scheduler.state.dra import DraStore
 from scheduler.state.dra_handlers import ResourceClaimHandler
 from tests.dra_objects import allocated, pod_with_claims, resource_claim, result
+from tests.unit.scheduler.builders import cluster, make_node
+from tests.unit.scheduler.core_api_double import harness
 from tests.unit.test_queue import FakeClock
 
 DRA = "DynamicResources"
@@ -80,3 +83,20 @@ def test_a_deleted_allocated_claim_frees_devices_and_an_unallocated_one_does_not
     handler.on_add(allocated_claim("held"))
     handler.on_delete(allocated_claim("held"))
     assert unschedulable(queue) == {"cpu"}
+
+
+def test_a_pod_whose_template_claim_is_not_created_is_not_queued_until_its_status_names_it() -> (
+    None
+):
+    h = harness(cluster(make_node("n")))
+    handler = PodHandler(h.context, h.queue, h.scheduler.pod_gone)
+    pod = pod_with_claims("t", [{"name": "gpus", "resourceClaimTemplateName": "two"}])
+    pod["spec"]["schedulerName"] = "gpu-scheduler"
+    handler.on_add(pod)
+    assert "default/t" not in h.queue  # PreEnqueue: nothing to try yet, nothing reported
+    named = {
+        **pod,
+        "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "t-1"}]},
+    }
+    handler.on_update(pod, named)
+    assert h.queue.where("default/t") == "active"
