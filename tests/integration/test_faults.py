@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from hack.faults import dra_scenarios, scenarios
+from hack.faults import dra_faults, dra_scenarios, scenarios
 from hack.faults.scenarios import Outcome, Scene
 from hack.localcluster import LocalCluster
 
@@ -123,3 +123,44 @@ async def test_pdb_guarded_victims_are_not_evicted_nor_their_neighbours(scene: S
 async def test_node_deleted_while_it_holds_assumed_pods(scene: Scene) -> None:
     outcome = await scenarios.node_deleted(scene)
     assert not outcome.violations, clean(outcome)
+
+
+DRA_PODS = 16
+"""Pods per DRA fault test: one `D8` node, at most six alive at once."""
+
+
+def settled_dra(outcome: Outcome) -> None:
+    """The replica lived, every pod of ours ended bound, and no invariant broke."""
+    assert outcome.notes["alive"], outcome.notes
+    assert not outcome.notes["pending"], outcome.notes
+    assert not outcome.violations, clean(outcome)
+
+
+async def test_dra_claim_writes_lost_or_refused_by_connection_resets(scene: Scene) -> None:
+    outcome = await dra_faults.claim_writes_reset_dra(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected >= 5, f"only {outcome.injected} resets injected"
+    assert outcome.notes["claim_writes"] > 0, outcome.notes
+    settled_dra(outcome)
+
+
+async def test_dra_binding_refused_after_the_claims_were_written_is_undone(scene: Scene) -> None:
+    outcome = await dra_faults.binding_refused_dra(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected > 0, outcome.notes
+    assert outcome.notes["claim_releases"] > 0, outcome.notes  # the undo ran
+    settled_dra(outcome)
+
+
+async def test_dra_claim_deleted_while_in_flight_strands_nothing(scene: Scene) -> None:
+    outcome = await dra_faults.claim_deleted_in_flight(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected > 0, outcome.notes
+    settled_dra(outcome)
+
+
+async def test_dra_resource_slice_republished_mid_cycle(scene: Scene) -> None:
+    outcome = await dra_faults.slice_republished_dra(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected >= 3, outcome.notes
+    settled_dra(outcome)
