@@ -3,7 +3,8 @@ running `gpu-scheduler run` processes against the real local cluster under a see
 workload, and asserting the invariants of `hack.faults.invariants` over the whole cluster during
 the fault and at rest after it (every pending pod of ours that fits is bound within a bounded
 wait). About 300 pods in all; the long version is `python -m hack.faults.soak`
-(docs/reliability.md).
+(docs/reliability.md). The DRA families (`hack.faults.dra_faults`) run 16 pods each on one
+8-GPU DRA node.
 """
 
 from __future__ import annotations
@@ -136,6 +137,13 @@ def settled_dra(outcome: Outcome) -> None:
     assert not outcome.violations, clean(outcome)
 
 
+@pytest.mark.xfail(
+    reason="finding 8 of docs/reliability.md, not fixed yet: an allocation whose status write "
+    "was lost after it landed, and whose undo failed, is forgotten by the cache; its devices "
+    "go to another claim (device_shared) in some runs",
+    raises=AssertionError,
+    strict=False,
+)
 async def test_dra_claim_writes_lost_or_refused_by_connection_resets(scene: Scene) -> None:
     outcome = await dra_faults.claim_writes_reset_dra(scene, DRA_PODS)
     print(outcome.notes)
