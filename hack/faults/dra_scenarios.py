@@ -4,7 +4,8 @@ ResourceClaim (the finalizer, the allocation and reservation) or its Binding.
 `sole_leader_freeze_dra` is `scenarios.sole_leader_freeze` on a scene that also has one `D8`
 node, whose eight GPUs are published through DRA, and whose probe pods each take one GPU through
 a ResourceClaimTemplate instead of a device-plugin request. The churn workload runs on the
-device-plugin nodes as before, so the replica stays busy. Besides the scene's invariants (every
+device-plugin nodes as before, so the replica stays busy; the `D8` node is tainted `DRA_ONLY`,
+which only the probe pods tolerate. Besides the scene's invariants (every
 pod that fits bound at rest, no stale write: claim writes are writes like any other, judged by
 when they were sent), the claims are checked at rest (`claims_at_rest`): `device_shared`,
 `claim_stranded`, `claim_unreserved` and `pod_without_claims` of `hack.faults.dra_invariants`.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any, cast
 
@@ -45,6 +47,10 @@ from hack.localcluster.dra import API_VERSION, EXTENDED_RESOURCE, GPU_CLASS
 Obj = Mapping[str, Any]
 TEMPLATE = "one-gpu"
 """The ResourceClaimTemplate of the probe pods: one GPU of the DeviceClass `GPU_CLASS`."""
+DRA_ONLY = "faults.gpu-scheduler.io/dra-only"
+"""Taint (NoSchedule) keeping the churn workload's `nvidia.com/gpu` pods off the DRA node of a
+scene that also has device-plugin nodes: the DeviceClass serves `nvidia.com/gpu` there too, and
+they would take the GPUs the probe pods need. DRA pods tolerate it."""
 
 
 def one_gpu_template() -> dict[str, Any]:
@@ -61,7 +67,7 @@ def one_gpu_template() -> dict[str, Any]:
 
 
 def dra_pod(name: str, scheduler: str, node_selector: Mapping[str, str]) -> dict[str, Any]:
-    """A pod of `scheduler` taking one GPU through `TEMPLATE`."""
+    """A pod of `scheduler` taking one GPU through `TEMPLATE`; it tolerates `DRA_ONLY`."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -71,6 +77,7 @@ def dra_pod(name: str, scheduler: str, node_selector: Mapping[str, str]) -> dict
             "terminationGracePeriodSeconds": 0,
             "nodeSelector": dict(node_selector),
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}],
+            "tolerations": [{"key": DRA_ONLY, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [
                 {
                     "name": "main",
@@ -97,9 +104,13 @@ def extended_pod(name: str, scheduler: str, node_selector: Mapping[str, str]) ->
     return pod
 
 
-async def dra_nodes(scene: Scene, count: int = 1) -> list[str]:
-    """`count` `D8` nodes of the scene (eight GPUs each, through DRA) and the template."""
-    names = await scene.nodes([scene.spec(D8, count, "d")])
+async def dra_nodes(scene: Scene, count: int = 1, dra_only: bool = False) -> list[str]:
+    """`count` `D8` nodes of the scene (eight GPUs each, through DRA), tainted `DRA_ONLY` when
+    `dra_only`, and the template."""
+    spec = scene.spec(D8, count, "d")
+    if dra_only:
+        spec = replace(spec, taints=[{"key": DRA_ONLY, "value": "true", "effect": "NoSchedule"}])
+    names = await scene.nodes([spec])
     await client.ResourceV1Api(scene.api).create_namespaced_resource_claim_template(
         scene.namespace, cast(Any, one_gpu_template())
     )
@@ -134,7 +145,7 @@ async def list_json(call: Any, *args: Any) -> list[dict[str, Any]]:
 async def sole_leader_freeze_dra(scene: Scene, pods: int, rounds: int = 3) -> Outcome:
     """`scenarios.sole_leader_freeze` with DRA probe pods on a `D8` node (module docstring)."""
     await scene.churn_nodes()
-    await dra_nodes(scene)
+    await dra_nodes(scene, dra_only=True)
     config = sole_leader_config(scene)
     replica = scene.launch("solo", config)
     lease = str(config["leaderElection"]["leaseName"])
