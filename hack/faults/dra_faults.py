@@ -434,10 +434,15 @@ async def claim_deleted_in_flight(scene: Scene, pods: int, doomed_share: float =
         return None
 
     async def drop_orphans() -> None:
-        """Pods whose claim is gone: their message read, then deleted (nothing will bind them)."""
+        """Pods whose claim is gone or going: their message read, then deleted (nothing will
+        bind them)."""
         await workload.finish()
         await asyncio.sleep(5.0)  # the replica has tried each once more
-        claims = {str(c["metadata"]["name"]) for c in await list_claims(scene)}
+        claims = {
+            str(c["metadata"]["name"])
+            for c in await list_claims(scene)
+            if not c["metadata"].get("deletionTimestamp")
+        }
         for pod in await pending_pods(scene):
             name = str(pod["metadata"]["name"])
             if f"{name}-gpu" not in claims:
