@@ -2,7 +2,7 @@
 running `gpu-scheduler run` processes against the real local cluster under a seeded churn
 workload, and asserting the invariants of `hack.faults.invariants` over the whole cluster during
 the fault and at rest after it (every pending pod of ours that fits is bound within a bounded
-wait). About 300 pods in all; the long version is `python -m hack.faults.soak`
+wait). About 370 pods in all; the long version is `python -m hack.faults.soak`
 (docs/reliability.md). The DRA families (`hack.faults.dra_faults`) run 16 pods each on one
 8-GPU DRA node.
 """
