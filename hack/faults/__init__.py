@@ -9,5 +9,8 @@
 | `cluster_faults`| API server restart, etcd compaction (410 Gone on watches)                    |
 | `workload`      | a seeded stream of GPU pods with churn                                       |
 | `observe`       | cluster snapshots and the invariant audit over them                          |
+| `dra_invariants`| pure checks over ResourceClaims and the pods using them                      |
+| `dra_scenarios` | the DRA scene (a `D8` node, the template, DRA pods) and the DRA freeze       |
+| `dra_faults`    | DRA faults: resets, Binding refused, claim deleted, slice republished        |
 | `soak`          | every fault family in sequence; prints a table (`python -m hack.faults.soak`) |
 """

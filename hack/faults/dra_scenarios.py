@@ -4,27 +4,30 @@ ResourceClaim (the finalizer, the allocation and reservation) or its Binding.
 `sole_leader_freeze_dra` is `scenarios.sole_leader_freeze` on a scene that also has one `D8`
 node, whose eight GPUs are published through DRA, and whose probe pods each take one GPU through
 a ResourceClaimTemplate instead of a device-plugin request. The churn workload runs on the
-device-plugin nodes as before, so the replica stays busy. Besides the scene's invariants (every
+device-plugin nodes as before, so the replica stays busy; the `D8` node is tainted `DRA_ONLY`,
+which only the probe pods tolerate. Besides the scene's invariants (every
 pod that fits bound at rest, no stale write: claim writes are writes like any other, judged by
-when they were sent), the claims are checked at rest (`check_claims`):
+when they were sent), the claims are checked at rest (`claims_at_rest`): `device_shared`,
+`claim_stranded`, `claim_unreserved` and `pod_without_claims` of `hack.faults.dra_invariants`.
 
-- `device_shared`: one device allocated to two claims that conflict (either holds it whole, or
-  both the same share; an `adminAccess` result takes nothing), as
-  `scheduler.core.conflicts.find_device_conflicts` judges it;
-- `claim_stranded`: a claim allocated and reserved for a pod that exists and is not bound: the
-  undo of a failed PreBind left it behind and nothing retries the pod onto its node.
+The other DRA fault families (`hack.faults.dra_faults`) share this module's scene: `dra_nodes`
+(`D8` nodes and the template), `dra_pod` and `extended_pod` (one GPU through the template, or
+`nvidia.com/gpu: 1`, which the DeviceClass serves through a claim gpu-scheduler creates), and
+`claims_at_rest`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any, cast
 
 from kubernetes_asyncio import client
 
+from hack.faults.dra_invariants import check_claims, check_pods_claims, check_unreserved
 from hack.faults.invariants import Violation, check_stale_writes
 from hack.faults.scenarios import (
     NODE_LABEL,
@@ -39,11 +42,15 @@ from hack.faults.scenarios import (
     synced,
 )
 from hack.localcluster import D8
-from hack.localcluster.dra import API_VERSION, GPU_CLASS
+from hack.localcluster.dra import API_VERSION, EXTENDED_RESOURCE, GPU_CLASS
 
 Obj = Mapping[str, Any]
 TEMPLATE = "one-gpu"
 """The ResourceClaimTemplate of the probe pods: one GPU of the DeviceClass `GPU_CLASS`."""
+DRA_ONLY = "faults.gpu-scheduler.io/dra-only"
+"""Taint (NoSchedule) keeping the churn workload's `nvidia.com/gpu` pods off the DRA node of a
+scene that also has device-plugin nodes: the DeviceClass serves `nvidia.com/gpu` there too, and
+they would take the GPUs the probe pods need. DRA pods tolerate it."""
 
 
 def one_gpu_template() -> dict[str, Any]:
@@ -60,7 +67,7 @@ def one_gpu_template() -> dict[str, Any]:
 
 
 def dra_pod(name: str, scheduler: str, node_selector: Mapping[str, str]) -> dict[str, Any]:
-    """A pod of `scheduler` taking one GPU through `TEMPLATE`."""
+    """A pod of `scheduler` taking one GPU through `TEMPLATE`; it tolerates `DRA_ONLY`."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -70,6 +77,7 @@ def dra_pod(name: str, scheduler: str, node_selector: Mapping[str, str]) -> dict
             "terminationGracePeriodSeconds": 0,
             "nodeSelector": dict(node_selector),
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}],
+            "tolerations": [{"key": DRA_ONLY, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [
                 {
                     "name": "main",
@@ -84,54 +92,48 @@ def dra_pod(name: str, scheduler: str, node_selector: Mapping[str, str]) -> dict
     }
 
 
-def _key(obj: Obj) -> str:
-    metadata = obj.get("metadata") or {}
-    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+def extended_pod(name: str, scheduler: str, node_selector: Mapping[str, str]) -> dict[str, Any]:
+    """A pod of `scheduler` asking for `nvidia.com/gpu: 1`; on a DRA node gpu-scheduler serves it
+    through a claim it creates (the DeviceClass's `extendedResourceName`)."""
+    pod = dra_pod(name, scheduler, node_selector)
+    del pod["spec"]["resourceClaims"]
+    pod["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {EXTENDED_RESOURCE: "1"},
+    }
+    return pod
 
 
-def check_claims(claims: Iterable[Obj], pods: Iterable[Obj]) -> list[Violation]:
-    """`device_shared` and `claim_stranded` (see the module docstring) over ResourceClaims and
-    the pods of their namespaces, as JSON."""
-    bound = {}
-    for pod in pods:
-        metadata = pod.get("metadata") or {}
-        bound[str(metadata.get("uid", ""))] = bool((pod.get("spec") or {}).get("nodeName"))
-    holders: dict[tuple[str, str, str], list[tuple[str, set[str]]]] = defaultdict(list)
-    found = []
-    for claim in claims:
-        status = claim.get("status") or {}
-        allocation = status.get("allocation")
-        if not allocation:
-            continue
-        shares: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-        for result in (allocation.get("devices") or {}).get("results") or ():
-            if not result.get("adminAccess"):
-                device = (str(result["driver"]), str(result["pool"]), str(result["device"]))
-                shares[device].add(str(result.get("shareID") or ""))
-        for device, taken in shares.items():
-            holders[device].append((_key(claim), taken))
-        waiting = [
-            str(ref.get("name"))
-            for ref in status.get("reservedFor") or ()
-            if ref.get("resource") == "pods" and bound.get(str(ref.get("uid"))) is False
-        ]
-        if waiting:
-            found.append(
-                Violation(
-                    "claim_stranded",
-                    _key(claim),
-                    f"allocated and reserved for unbound pods {sorted(waiting)}",
-                )
-            )
-    for device, held in sorted(holders.items()):
-        clashing: set[str] = set()
-        for index, (first, first_shares) in enumerate(held):
-            for second, second_shares in held[index + 1 :]:
-                if "" in first_shares or "" in second_shares or first_shares & second_shares:
-                    clashing.update((first, second))
-        if clashing:
-            found.append(Violation("device_shared", "/".join(device), f"claims {sorted(clashing)}"))
-    return found
+async def dra_nodes(scene: Scene, count: int = 1, dra_only: bool = False) -> list[str]:
+    """`count` `D8` nodes of the scene (eight GPUs each, through DRA), tainted `DRA_ONLY` when
+    `dra_only`, and the template."""
+    spec = scene.spec(D8, count, "d")
+    if dra_only:
+        spec = replace(spec, taints=[{"key": DRA_ONLY, "value": "true", "effect": "NoSchedule"}])
+    names = await scene.nodes([spec])
+    await client.ResourceV1Api(scene.api).create_namespaced_resource_claim_template(
+        scene.namespace, cast(Any, one_gpu_template())
+    )
+    return names
+
+
+async def list_claims(scene: Scene) -> list[dict[str, Any]]:
+    resource = client.ResourceV1Api(scene.api)
+    return await list_json(resource.list_namespaced_resource_claim, scene.namespace)
+
+
+async def claims_at_rest(scene: Scene, gap_s: float = 3.0) -> list[Violation]:
+    """Every invariant of `hack.faults.dra_invariants` at rest: the claims listed twice `gap_s`
+    apart (longer than a scheduling cycle, for `claim_unreserved`), the pods in between."""
+    first = await list_claims(scene)
+    await asyncio.sleep(gap_s)
+    pods = await list_json(scene.core.list_namespaced_pod, scene.namespace)
+    claims = await list_claims(scene)
+    return [
+        *check_claims(claims, pods),
+        *check_unreserved(first, claims),
+        *check_pods_claims(pods, claims, {scene.namespace}),
+    ]
 
 
 async def list_json(call: Any, *args: Any) -> list[dict[str, Any]]:
@@ -143,11 +145,7 @@ async def list_json(call: Any, *args: Any) -> list[dict[str, Any]]:
 async def sole_leader_freeze_dra(scene: Scene, pods: int, rounds: int = 3) -> Outcome:
     """`scenarios.sole_leader_freeze` with DRA probe pods on a `D8` node (module docstring)."""
     await scene.churn_nodes()
-    await scene.nodes([scene.spec(D8, 1, "d")])
-    resource = client.ResourceV1Api(scene.api)
-    await resource.create_namespaced_resource_claim_template(
-        scene.namespace, cast(Any, one_gpu_template())
-    )
+    await dra_nodes(scene, dra_only=True)
     config = sole_leader_config(scene)
     replica = scene.launch("solo", config)
     lease = str(config["leaderElection"]["leaseName"])
@@ -164,9 +162,8 @@ async def sole_leader_freeze_dra(scene: Scene, pods: int, rounds: int = 3) -> Ou
     workload = scene.workload(max_live=6)
     inject = partial(freeze_rounds, scene, replica, probe, rounds, freezes)
     violations = await churn_under_fault(audit, workload, fault, inject, pods)
-    claims = await list_json(resource.list_namespaced_resource_claim, scene.namespace)
+    violations = [*violations, *await claims_at_rest(scene)]
     listed = await list_json(scene.core.list_namespaced_pod, scene.namespace)
-    violations = [*violations, *check_claims(claims, listed)]
     records = replica.records()
     stale = [v for at in freezes.resumed for v in check_stale_writes(records, at)]
     probes = [p for p in listed if str(p["metadata"]["name"]).startswith("dra-freeze-")]

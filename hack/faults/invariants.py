@@ -149,14 +149,25 @@ def _checked_resources(node_alloc: Mapping[str, Decimal], used: Mapping[str, Dec
     return set(CHECKED) | mig
 
 
+def served_by_claim(pod: Obj) -> set[str]:
+    """Extended resources of `pod` served through DRA: those its
+    `status.extendedResourceClaimStatus` maps to a request of its claim. Such a request takes
+    devices, not the node's allocatable (kube-scheduler's NodeResourcesFit skips it too), and the
+    claim's devices are checked by `hack.faults.dra_invariants`."""
+    status = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return {str(m.get("resourceName")) for m in status.get("requestMappings") or ()}
+
+
 def used_on_nodes(pods: Iterable[Obj]) -> dict[str, dict[str, Decimal]]:
     """Requests of the resource-holding pods, summed per node."""
     used: dict[str, dict[str, Decimal]] = {}
     for node, on_node in _by_node(pods).items():
         total: dict[str, Decimal] = defaultdict(Decimal)
         for pod in on_node:
+            served = served_by_claim(pod)
             for name, value in pod_requests(pod).items():
-                total[name] += value
+                if name not in served:
+                    total[name] += value
         used[node] = dict(total)
     return used
 

@@ -3,9 +3,16 @@
     python -m hack.faults.soak --pods 2000 --kills 10 --seed 1
 
 `--pods` is shared among the seven churn families (API resets, scheduler SIGKILL, leader SIGKILL,
-leader SIGSTOP, sole leader SIGSTOP mid-bind, API server restart, 410 Gone); the reclaim families
-(Prometheus faults, victim deleted mid-eviction) and the node deletion use a handful of pods
-each. `--kills` is the number of scheduler SIGKILLs; the other injections scale from it. The
+leader SIGSTOP, sole leader SIGSTOP mid-bind, API server restart, 410 Gone); the sole-leader
+freeze with DRA pods takes a churn family's share too; the other DRA families
+(`hack.faults.dra_faults`: claim writes under API resets, Binding refused after the claim
+writes, claim deleted in flight, ResourceSlice republished) a quarter of it each (at least 12),
+on one 8-GPU DRA node; the reclaim families (Prometheus faults, victim deleted mid-eviction) and
+the node deletion use a handful of pods each. `--families dra` runs the DRA families only:
+
+    python -m hack.faults.soak --families dra --pods 2000 --seed 1
+
+`--kills` is the number of scheduler SIGKILLs; the other injections scale from it. The
 table lists per family: the faults injected, the pods created, and the invariant violations
 found (0 is the goal). Exit status 1 when any invariant broke, 2 when a scenario itself
 failed. Logs stay in `--work-dir`.
@@ -26,7 +33,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client, config
 
-from hack.faults import scenarios
+from hack.faults import dra_faults, dra_scenarios, scenarios
 from hack.faults.scenarios import Outcome, Scene
 from hack.localcluster import ClusterConfig, LocalCluster
 
@@ -44,13 +51,20 @@ FAMILIES = (
     "stale-plan",
     "pdb",
     "node",
+    "dra-resets",
+    "dra-refused",
+    "dra-deleted",
+    "dra-slices",
+    "dra-sole-stop",
 )
+DRA_FAMILIES = tuple(f for f in FAMILIES if f.startswith("dra-"))
 
 
 def plan(pods: int, kills: int) -> dict[str, Runner]:
     """Each family's scenario with its share of pods and injections."""
     share = max(pods // 7, 10)
     some = max(1, kills // 5)
+    dra = max(share // 4, 12)  # one 8-GPU node, at most six pods alive at once
     return {
         "resets": lambda s: scenarios.api_resets(s, share, seconds=max(12.0, share / 8)),
         "sigkill": lambda s: scenarios.scheduler_kills(s, share, kills=kills),
@@ -64,6 +78,15 @@ def plan(pods: int, kills: int) -> dict[str, Runner]:
         "stale-plan": scenarios.stale_plan,
         "pdb": scenarios.pdb_guarded,
         "node": lambda s: scenarios.node_deleted(s, 6),
+        "dra-resets": lambda s: dra_faults.claim_writes_reset_dra(
+            s, dra, seconds=max(10.0, dra / 4)
+        ),
+        "dra-refused": lambda s: dra_faults.binding_refused_dra(s, dra, hold_s=max(10.0, dra / 4)),
+        "dra-deleted": lambda s: dra_faults.claim_deleted_in_flight(s, dra),
+        "dra-slices": lambda s: dra_faults.slice_republished_dra(s, dra, times=max(6, dra // 4)),
+        "dra-sole-stop": lambda s: dra_scenarios.sole_leader_freeze_dra(
+            s, share, rounds=max(3, some)
+        ),
     }
 
 
@@ -108,6 +131,8 @@ def table(rows: list[tuple[str, Outcome | None, str]]) -> str:
 
 async def soak(args: argparse.Namespace, work_dir: Path) -> int:
     chosen = [f for f in args.families.split(",") if f] if args.families else list(FAMILIES)
+    if chosen == ["dra"]:
+        chosen = list(DRA_FAMILIES)
     unknown = set(chosen) - set(FAMILIES)
     if unknown:
         print(f"unknown families {sorted(unknown)}; known: {', '.join(FAMILIES)}", file=sys.stderr)
@@ -162,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=2000, help="pods over the churn families")
     parser.add_argument("--kills", type=int, default=10, help="scheduler SIGKILLs")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--families", default="", help=f"comma-separated subset of {FAMILIES}")
+    parser.add_argument(
+        "--families",
+        default="",
+        help=f"comma-separated subset of {FAMILIES}, or `dra` for the DRA families",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="logs and cluster data")
     args = parser.parse_args(argv)
     if args.pods < 1 or args.kills < 1:

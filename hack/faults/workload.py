@@ -138,10 +138,15 @@ class ChurnWorkload:
         if await self._retrying("delete", delete):
             self.deleted += 1
 
+    def manifest(self, name: str) -> dict[str, Any]:
+        """The pod `name` of the stream; a subclass may make other pods (it keeps the
+        `WORKLOAD_LABEL` label, which churn lists by)."""
+        return churn_pod(self.spec, name, self.next_size())
+
     async def create_one(self) -> str:
         self.sequence += 1
         name = f"{self.spec.prefix}-{self.sequence:05d}"
-        manifest = churn_pod(self.spec, name, self.next_size())
+        manifest = self.manifest(name)
 
         async def create() -> None:
             await self.core.create_namespaced_pod(self.spec.namespace, cast(Any, manifest))

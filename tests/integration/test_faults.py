@@ -2,8 +2,9 @@
 running `gpu-scheduler run` processes against the real local cluster under a seeded churn
 workload, and asserting the invariants of `hack.faults.invariants` over the whole cluster during
 the fault and at rest after it (every pending pod of ours that fits is bound within a bounded
-wait). About 300 pods in all; the long version is `python -m hack.faults.soak`
-(docs/reliability.md).
+wait). About 370 pods in all; the long version is `python -m hack.faults.soak`
+(docs/reliability.md). The DRA families (`hack.faults.dra_faults`) run 16 pods each on one
+8-GPU DRA node.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from hack.faults import dra_scenarios, scenarios
+from hack.faults import dra_faults, dra_scenarios, scenarios
 from hack.faults.scenarios import Outcome, Scene
 from hack.localcluster import LocalCluster
 
@@ -123,3 +124,51 @@ async def test_pdb_guarded_victims_are_not_evicted_nor_their_neighbours(scene: S
 async def test_node_deleted_while_it_holds_assumed_pods(scene: Scene) -> None:
     outcome = await scenarios.node_deleted(scene)
     assert not outcome.violations, clean(outcome)
+
+
+DRA_PODS = 16
+"""Pods per DRA fault test: one `D8` node, at most six alive at once."""
+
+
+def settled_dra(outcome: Outcome) -> None:
+    """The replica lived, every pod of ours ended bound, and no invariant broke."""
+    assert outcome.notes["alive"], outcome.notes
+    assert not outcome.notes["pending"], outcome.notes
+    assert not outcome.violations, clean(outcome)
+
+
+@pytest.mark.xfail(
+    reason="finding 8 of docs/reliability.md, not fixed yet: an allocation whose status write "
+    "was lost after it landed, and whose undo failed, is forgotten by the cache; its devices "
+    "go to another claim (device_shared) in some runs",
+    raises=AssertionError,
+    strict=False,
+)
+async def test_dra_claim_writes_lost_or_refused_by_connection_resets(scene: Scene) -> None:
+    outcome = await dra_faults.claim_writes_reset_dra(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected >= 5, f"only {outcome.injected} resets injected"
+    assert outcome.notes["claim_writes"] > 0, outcome.notes
+    settled_dra(outcome)
+
+
+async def test_dra_binding_refused_after_the_claims_were_written_is_undone(scene: Scene) -> None:
+    outcome = await dra_faults.binding_refused_dra(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected > 0, outcome.notes
+    assert outcome.notes["claim_releases"] > 0, outcome.notes  # the undo ran
+    settled_dra(outcome)
+
+
+async def test_dra_claim_deleted_while_in_flight_strands_nothing(scene: Scene) -> None:
+    outcome = await dra_faults.claim_deleted_in_flight(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected > 0, outcome.notes
+    settled_dra(outcome)
+
+
+async def test_dra_resource_slice_republished_mid_cycle(scene: Scene) -> None:
+    outcome = await dra_faults.slice_republished_dra(scene, DRA_PODS)
+    print(outcome.notes)
+    assert outcome.injected >= 3, outcome.notes
+    settled_dra(outcome)
