@@ -58,6 +58,7 @@ from scheduler.kube.binding import (
 )
 from scheduler.kube.events import NORMAL, WARNING, ObjectRef
 from scheduler.kube.tasks import TaskSet
+from scheduler.model.allocations import Allocation
 from scheduler.model.objects import PodInfo
 from scheduler.plugins.dynamic_resources import ClaimPlan
 from scheduler.plugins.volume_binding import VolumePlan, prebind_volumes
@@ -296,9 +297,9 @@ class BindingCycle:
             )
             self._unconfirmed[pod.key] = (placement, failure)
             return await self._confirm(queued, pod, placement, failure, writes)
-        if writes is not None:
-            await writes.undo()
+        unsettled = await writes.undo() if writes is not None else {}
         self.cache.forget(pod.key)
+        self._keep_unsettled(pod.key, unsettled)
         refused = self._bind_failed(queued, pod, placement, failure)
         if volumes is not None:  # the PVs it had taken are free again for others
             self.queue.move_all_to_active_or_backoff("VolumeBindingReverted")
@@ -330,9 +331,11 @@ class BindingCycle:
             log.info("bind_readback", pod=pod.key, node=placement.node, landed=True)
             self._bound(queued, pod, placement)
             return None
+        unsettled = {}
         if writes is not None and found is not None and found[0] == pod.uid and not found[1]:
-            await writes.undo()
+            unsettled = await writes.undo()
         self.cache.forget(pod.key)
+        self._keep_unsettled(pod.key, unsettled)
         landed_elsewhere = found is not None and found[0] == pod.uid and bool(found[1])
         log.info(
             "bind_readback",
@@ -346,6 +349,15 @@ class BindingCycle:
             self.queue.done(queued)
             return None
         return self._bind_failed(queued, pod, placement, error)
+
+    def _keep_unsettled(self, pod_key: str, unsettled: dict[str, tuple[str, Allocation]]) -> None:
+        """Keep counting, in flight, the allocations an undo could not release (their write may
+        have landed): until the informer shows each claim as it is (allocated: then the claim
+        counts; replaced), the pod's next attempt decides anew, or the pod is deleted, their
+        devices are not given to another claim."""
+        if unsettled:
+            self.cache.dra.assume(pod_key, unsettled)
+            log.warning("claim_allocations_kept", pod=pod_key, claims=sorted(unsettled))
 
     def _bound(self, queued: QueuedPod[PodInfo], pod: PodInfo, placement: Placement) -> None:
         self.cache.finish_binding(pod.key, self.clock())

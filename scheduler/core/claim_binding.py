@@ -58,6 +58,7 @@ class ClaimWrites:
         """For the pod's `status.extendedResourceClaimStatus` (a plan that creates a claim)."""
         self._attempted: list[tuple[ResourceClaim, Allocation | None]] = []
         self._created: ResourceClaim | None = None
+        self._created_allocating = False
 
     async def write(self) -> None:
         """Allocate and reserve each claim of the plan, in order; then create, allocate and
@@ -79,15 +80,21 @@ class ClaimWrites:
         made, allocation = self.plan.create
         self._created = await create_extended_claim(self.api, made.manifest, self.timeout)
         created = self._created
+        self._created_allocating = True
         await allocate_and_reserve(self.api, created, allocation, pod, now, self.timeout)
         namespace = self.plan.pod_key.partition("/")[0]
         await write_extended_status(
             self.core, (namespace, self.plan.pod_name), created.name, made.mappings, self.timeout
         )
 
-    async def undo(self) -> None:
+    async def undo(self) -> dict[str, tuple[str, Allocation]]:
         """Release what `write` may have written, and delete the claim it created; logs and
-        goes on on every failure."""
+        goes on on every failure. Returns the allocations whose write may have landed and that
+        could not be released (claim key -> (claim uid, allocation); the created claim under its
+        in-memory key): the caller keeps them counted in flight (`DraStore.assume`) until the
+        informer shows the claim as it is, so their devices are not given to another claim
+        meanwhile."""
+        unsettled: dict[str, tuple[str, Allocation]] = {}
         created, self._created = self._created, None
         if created is not None:
             try:
@@ -100,6 +107,10 @@ class ClaimWrites:
                     claim=created.key,
                     error=f"{type(error).__name__}: {error}",
                 )
+                if self._created_allocating and self.plan.create is not None:
+                    made, written = self.plan.create
+                    unsettled[made.claim.key] = ("", written)
+        self._created_allocating = False
         for claim, allocation in reversed(self._attempted):
             try:
                 await self._release(claim, allocation)
@@ -110,7 +121,10 @@ class ClaimWrites:
                     claim=claim.key,
                     error=f"{type(error).__name__}: {error}",
                 )
+                if allocation is not None:
+                    unsettled[claim.key] = (claim.uid, allocation)
         self._attempted.clear()
+        return unsettled
 
     async def _release(self, claim: ResourceClaim, allocation: Allocation | None) -> None:
         what = f"reading resourceclaim {claim.key}"

@@ -289,8 +289,10 @@ class ClusterCache(NodeTable):
     update_pod = add_pod
 
     def remove_pod(self, key: str) -> None:
-        """The pod was deleted: give its resources back."""
+        """The pod was deleted: give its resources back (with any claim allocation still in
+        flight for it)."""
         self._delete(key)
+        self.dra.revert(key)
 
     def correct_gpus(self, pod_key: str, node: str, gpus: tuple[int, ...]) -> bool:
         """Record the GPU indices a bound pod really holds (from dcgm-exporter); True when the

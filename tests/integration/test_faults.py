@@ -137,13 +137,6 @@ def settled_dra(outcome: Outcome) -> None:
     assert not outcome.violations, clean(outcome)
 
 
-@pytest.mark.xfail(
-    reason="finding 8 of docs/reliability.md, not fixed yet: an allocation whose status write "
-    "was lost after it landed, and whose undo failed, is forgotten by the cache; its devices "
-    "go to another claim (device_shared) in some runs",
-    raises=AssertionError,
-    strict=False,
-)
 async def test_dra_claim_writes_lost_or_refused_by_connection_resets(scene: Scene) -> None:
     outcome = await dra_faults.claim_writes_reset_dra(scene, DRA_PODS)
     print(outcome.notes)

@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from scheduler.core.claim_binding import ClaimWrites
-from scheduler.model.claims import DELETE_PROTECTION_FINALIZER
+from scheduler.model.claims import DELETE_PROTECTION_FINALIZER, parse_resource_claim
 from tests.unit.scheduler.claim_api_double import (
     LANDED_ANSWER_LOST,
     DraHarness,
@@ -180,3 +180,39 @@ async def test_a_claim_allocated_for_the_pod_and_bound_stays_allocated() -> None
     written = status(d, "one")
     assert [r["uid"] for r in written["reservedFor"]] == ["uid-trainer"]
     assert len(written["allocation"]["devices"]["results"]) == 2
+
+
+async def test_an_allocation_that_landed_and_could_not_be_released_stays_counted() -> None:
+    """Finding 8 of docs/reliability.md: the status write lands but its answer is lost, and the
+    undo's read fails too. The allocation stays on the claim; until the informer shows it, the
+    store must keep its devices taken, or the next pod gets them (one device in two claims)."""
+    d = dra_harness("one")
+    d.resource.status_outcomes.append(LANDED_ANSWER_LOST)
+    d.resource.read_outcomes.append(aiohttp.ServerDisconnectedError())
+    d.h.add(pod_using("trainer", "one"))
+    with capture_logs() as logs:
+        await d.h.cycle()
+    written = status(d, "one")["allocation"]["devices"]["results"]
+    held = {(r["driver"], r["pool"], r["device"]) for r in written}
+    assert held and held <= d.h.cache.dra.in_use()  # still counted, in flight
+    assert d.h.cache.dra.in_flight("default/one") is not None
+    assert not d.h.cache.is_assumed(POD) and d.h.queue.where(POD) == "backoff"
+    assert [e["claims"] for e in logs if e["event"] == "claim_allocations_kept"] == [
+        ["default/one"]
+    ]
+    # The informer shows the claim as it is: the claim itself counts now, not the flight.
+    d.h.cache.dra.put_claim(parse_resource_claim(d.resource.claim("default/one")))
+    assert d.h.cache.dra.in_flight("default/one") is None
+    assert held <= d.h.cache.dra.in_use()
+
+
+async def test_a_deleted_pod_gives_back_the_allocations_kept_for_it() -> None:
+    d = dra_harness("one")
+    d.resource.status_outcomes.append(LANDED_ANSWER_LOST)
+    d.resource.read_outcomes.append(aiohttp.ServerDisconnectedError())
+    d.h.add(pod_using("trainer", "one"))
+    with capture_logs():
+        await d.h.cycle()
+    assert d.h.cache.dra.in_flight("default/one") is not None
+    d.h.cache.remove_pod(POD)
+    assert d.h.cache.dra.in_flight_for(POD) == {}
