@@ -258,9 +258,14 @@ async def test_unschedulable_pod_is_scheduled_when_room_appears(
             return daemon.queue.pools()["unschedulable"] == 1
 
         await eventually(parked, what="the 4-GPU pod parked as unschedulable")
-        message = (await pod_json(core_api, namespace, "four"))["status"]["conditions"][0][
-            "message"
-        ]
+
+        async def condition_message() -> str | None:
+            # The PodScheduled patch goes out in the background after the pod is parked.
+            status = (await pod_json(core_api, namespace, "four"))["status"]
+            conditions = status.get("conditions") or ()
+            return str(conditions[0]["message"]) if conditions else None
+
+        message = await eventually(condition_message, what="PodScheduled=False written")
         # Alone in the cluster, the 2-GPU node is the largest: the message says so instead.
         assert _count("Insufficient nvidia.com/gpu", message) >= 1 or message.endswith(
             "requests 4 nvidia.com/gpu (spec.containers[*].resources.limits) and the largest "
