@@ -47,14 +47,14 @@ from hack.faults.dra_scenarios import (
 from hack.faults.invariants import Violation
 from hack.faults.observe import API_TROUBLE, Audit
 from hack.faults.processes import SchedulerProcess
-from hack.faults.proxy import ResetProxy, proxied_kubeconfig
+from hack.faults.proxy import proxied_kubeconfig
 from hack.faults.scenarios import (
     NODE_LABEL,
     SETTLE_S,
     Outcome,
     Scene,
-    apiserver_address,
     eventually,
+    reset_proxy,
     synced,
 )
 from hack.faults.workload import WORKLOAD_LABEL, ChurnWorkload, WorkloadSpec
@@ -197,13 +197,7 @@ async def claim_writes_reset_dra(scene: Scene, pods: int, seconds: float = 10.0)
     Binding may be lost after it landed, or before."""
     await dra_nodes(scene)
     fault = "api resets, dra"
-    async with ResetProxy(
-        apiserver_address(scene.cluster),
-        seed=scene.seed,
-        chunk_reset_probability=0.15,
-        sweep_interval_s=1.0,
-        max_resets=int(seconds * 10),
-    ) as proxy:
+    async with reset_proxy(scene, seconds) as proxy:
         kubeconfig = proxied_kubeconfig(scene.cluster.kubeconfig, proxy.url, scene.folder)
         replica = scene.launch("solo", scene.config(), kubeconfig)
         await synced(replica)

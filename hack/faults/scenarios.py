@@ -214,16 +214,22 @@ def apiserver_address(cluster: LocalCluster) -> tuple[str, int]:
 # -- the API connection ---------------------------------------------------------------------------
 
 
-async def api_resets(scene: Scene, pods: int, seconds: float = 12.0) -> Outcome:
-    """Connections between the scheduler and the API server reset at random (seeded)."""
-    await scene.churn_nodes()
-    async with ResetProxy(
+def reset_proxy(scene: Scene, seconds: float) -> ResetProxy:
+    """The seeded proxy that resets connections between a scene's replica and the API server,
+    at most ten times a second over `seconds`."""
+    return ResetProxy(
         apiserver_address(scene.cluster),
         seed=scene.seed,
         chunk_reset_probability=0.15,
         sweep_interval_s=1.0,
         max_resets=int(seconds * 10),
-    ) as proxy:
+    )
+
+
+async def api_resets(scene: Scene, pods: int, seconds: float = 12.0) -> Outcome:
+    """Connections between the scheduler and the API server reset at random (seeded)."""
+    await scene.churn_nodes()
+    async with reset_proxy(scene, seconds) as proxy:
         kubeconfig = proxied_kubeconfig(scene.cluster.kubeconfig, proxy.url, scene.folder)
         replica = scene.launch("solo", scene.config(), kubeconfig)
         await synced(replica)
