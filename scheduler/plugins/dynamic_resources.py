@@ -15,8 +15,13 @@ with the device choice made NVLink-aware by `scheduler.dra`.
                                 that no earlier filter rejected: an allocated claim's
                                 node selector must match ("resourceclaim not available on the
                                 node"), and the allocator must find devices for every claim to
-                                allocate ("cannot allocate all claims"); both unresolvable, as
-                                upstream's. The allocations found per row stay in the cycle state.
+                                allocate ("cannot allocate all claims"). The first is
+                                unresolvable, as upstream's; the second is resolvable on a node
+                                where some device is taken by a claim (evicting its pods may give
+                                it back: preemption and idle reclaim weigh that with
+                                `ClusterCache.without`), where upstream's is unresolvable (its
+                                preemption never frees devices). The allocations found per row
+                                stay in the cycle state.
     DynamicResources.score      the NVLink score of the seed (`topology.scoring.score_nodes`,
                                 the NVLink plugin's kernel) over each feasible node's
                                 NVLink-mapped devices (`scheduler.dra.domains`): the devices the
@@ -118,6 +123,16 @@ class DomainOccupancy:
     free: tuple[int, ...]
     size: tuple[int, ...]
     wanted: int
+
+
+def _holds_taken(pools: tuple[Pool, ...], in_use: frozenset[tuple[str, str, str]]) -> bool:
+    """Whether any device of `pools` is taken by a claim: only then can evicting pods (whose
+    claims give devices back) make room for an allocation that failed."""
+    return any(
+        (pool.id.driver, pool.id.pool, entry.device.name) in in_use
+        for pool in pools
+        for entry in pool.devices
+    )
 
 
 def domain_occupancy(
@@ -324,6 +339,7 @@ class DynamicResources:
         state.data[NAME] = claim_state
         unavailable = np.zeros(rows, dtype=bool)  # unavailable: (rows,)
         unallocatable = np.zeros(rows, dtype=bool)  # unallocatable: (rows,)
+        freeable = np.zeros(rows, dtype=bool)  # freeable: (rows,) some device there is taken
         look = snapshot.valid if state.passed is None else state.passed & snapshot.valid
         in_use = store.in_use()
         extended = claim_state.extended
@@ -366,6 +382,7 @@ class DynamicResources:
             fits, reason, occupancy = verdict
             if not fits:
                 unallocatable[row] = True
+                freeable[row] = _holds_taken(store.pools_for(node.name, node.labels), in_use)
                 claim_state.reasons[int(row)] = reason or CANNOT_ALLOCATE
             elif not available:  # upstream allocates first: its errors and verdict come first
                 unavailable[row] = True
@@ -377,8 +394,10 @@ class DynamicResources:
         rejections = []
         if unavailable.any():
             rejections.append(Rejection(NOT_AVAILABLE, unavailable, False, NAME))
-        if unallocatable.any():
-            rejections.append(Rejection(CANNOT_ALLOCATE, unallocatable, False, NAME))
+        if (unallocatable & ~freeable).any():
+            rejections.append(Rejection(CANNOT_ALLOCATE, unallocatable & ~freeable, False, NAME))
+        if (unallocatable & freeable).any():
+            rejections.append(Rejection(CANNOT_ALLOCATE, unallocatable & freeable, True, NAME))
         return rejections
 
     def _allocate(

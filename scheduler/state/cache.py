@@ -45,7 +45,7 @@ score see one consistent state without copying: the arrays are the snapshot.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -415,14 +415,32 @@ class ClusterCache(NodeTable):
 
     @contextmanager
     def without(self, keys: Iterable[str]) -> Iterator[None]:
-        """Within the block the given pods are not counted (what-if for victim selection);
+        """Within the block the given pods are not counted (what-if for victim selection), nor
+        are the devices their claims would give back (`DraStore.released`: a claim made for
+        one of them, a claim whose every consumer is gone, their allocations in flight);
         afterwards they are counted again with the same GPU indices."""
+        keys = list(keys)
         removed = [(key, state) for key in keys if (state := self._delete(key)) is not None]
+        gone = {state.info.uid for _, state in removed}
         try:
-            yield
+            with self.dra.released(gone, self._is_live_pod(), keys):
+                yield
         finally:
             for key, state in removed:
                 self._put(key, state)
+
+    def _is_live_pod(self) -> Callable[[str], bool]:
+        """Whether a pod uid is counted now (what a claim's consumer must be to keep holding
+        its devices); the set of uids is built on the first question only."""
+        live: set[str] | None = None
+
+        def is_live(uid: str) -> bool:
+            nonlocal live
+            if live is None:
+                live = {state.info.uid for state in self.pods.values()}
+            return uid in live
+
+        return is_live
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ dra_manager.go) in one object:
   the same resource the newer serves it, on a tie the smaller name, as
   k8s.io/dynamic-resource-allocation@v0.37.2 deviceclass/extendedresourcecache does), and
   `extended_claim_of(pod_uid)`: the claim made for a pod's extended resources.
+- `released(gone_uids, is_live, gone_keys)`: the what-if of victim selection: within the block
+  the devices of the claims the gone pods would free count as free (see `released`).
 - `assume(pod_key, allocations)`: the scheduling cycle decided these claims' allocations for the
   pod (an extended-resource claim under its in-memory name, `scheduler.dra.extended`); until the
   informer delivers the claim allocated (the PreBind write landed) or
@@ -29,7 +31,8 @@ Claims are keyed "namespace/name". Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from scheduler.dra.equivalence import device_shape
@@ -85,6 +88,8 @@ class DraStore:
         self._node_pools: dict[str, set[PoolID]] | None = None
         self._shared_pools: set[PoolID] | None = None
         self._in_use: frozenset[DeviceID] | None = None
+        self._released: frozenset[DeviceID] = frozenset()
+        """Devices a `released` block now running counts as free."""
         self._shapes: dict[int, tuple[Device, int]] = {}
         self._shape_ids: dict[str, int] = {}
         self._resource_classes: dict[str, str] | None = None
@@ -204,10 +209,67 @@ class DraStore:
     def in_flight_for(self, pod_key: str) -> dict[str, InFlight]:
         return {k: v for k, v in self._in_flight.items() if v.pod_key == pod_key}
 
+    # -- what-if of victim selection ------------------------------------------------------------
+
+    def freed_by(
+        self,
+        gone_uids: Collection[str],
+        is_live: Callable[[str], bool],
+        gone_keys: Collection[str] = (),
+    ) -> frozenset[DeviceID]:
+        """The devices that come free once the pods with uids `gone_uids` (keys `gone_keys`) are
+        gone and the resourceclaim controller has done its work:
+
+        - a claim generated for one of them (its controller owner) is deleted with it;
+        - a claim reserved only for pods that are gone or no longer live (`is_live(uid)` is
+          False: deleted, or finished) is deallocated once its last consumer goes, so a claim
+          shared with a pod that stays frees nothing, and one whose consumers already left is
+          counted free (its release is pending: no pod has to be evicted for it);
+        - an allocation in flight for one of `gone_keys` is given back.
+
+        A claim reserved for a consumer that is not a pod is never freed."""
+        gone = set(gone_uids)
+        freed: set[DeviceID] = set()
+        for claim in self.claims.values():
+            if claim.allocation is None:
+                continue
+            owner = claim.controller
+            owned_by_gone = owner is not None and owner.kind == "Pod" and owner.uid in gone
+            reserved = claim.reserved_for
+            consumers_gone = bool(reserved) and all(
+                ref.is_pod and (ref.uid in gone or not is_live(ref.uid)) for ref in reserved
+            )
+            if owned_by_gone or consumers_gone:
+                freed.update(taken_devices(claim.allocation))
+        keys = set(gone_keys)
+        for flying in self._in_flight.values():
+            if flying.pod_key in keys:
+                freed.update(taken_devices(flying.allocation))
+        return frozenset(freed)
+
+    @contextmanager
+    def released(
+        self,
+        gone_uids: Collection[str],
+        is_live: Callable[[str], bool],
+        gone_keys: Collection[str] = (),
+    ) -> Iterator[None]:
+        """Within the block, `in_use()` leaves out the devices `freed_by` names (blocks nest);
+        afterwards it counts them again. Nothing is written: the claims stay as they are."""
+        saved = self._released
+        self._released = saved | self.freed_by(gone_uids, is_live, gone_keys)
+        self._in_use = None
+        try:
+            yield
+        finally:
+            self._released = saved
+            self._in_use = None
+
     # -- what the allocator reads ----------------------------------------------------------------
 
     def in_use(self) -> frozenset[DeviceID]:
-        """Devices allocated to any claim, or to an allocation in flight."""
+        """Devices allocated to any claim, or to an allocation in flight (less those a
+        `released` block counts free)."""
         if self._in_use is None:
             taken: set[DeviceID] = set()
             for claim in self.claims.values():
@@ -215,7 +277,7 @@ class DraStore:
                     taken.update(taken_devices(claim.allocation))
             for flying in self._in_flight.values():
                 taken.update(taken_devices(flying.allocation))
-            self._in_use = frozenset(taken)
+            self._in_use = frozenset(taken - self._released)
         return self._in_use
 
     def pools_for(self, node_name: str, labels: Mapping[str, str]) -> tuple[Pool, ...]:

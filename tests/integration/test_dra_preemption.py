@@ -1,0 +1,86 @@
+"""Priority preemption of pods whose GPUs come from ResourceClaims, on the real API server and
+kube-controller-manager: the what-if frees the devices of the victims' claims, the preemptor is
+nominated, the resourceclaim controller deallocates the victim's claim once the pod is gone,
+and the preemptor gets those devices. kube-scheduler 1.37 does not do this: its DynamicResources
+rejections are UnschedulableAndUnresolvable, so its preemption never frees devices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from hack.localcluster import D4, LocalCluster
+from tests.dra_objects import claim_template
+from tests.integration.test_dra_allocation import (
+    allocated_devices,
+    dra_pod,
+    gpus,
+    template_claim_name,
+)
+from tests.integration.test_preemption import classes  # noqa: F401  (the fixture)
+from tests.integration.test_reclaim import notes
+from tests.kube import eventually, pod_gone
+from tests.scheduling import isolated, make_nodes, running_daemon, settings_for, wait_bound
+
+Json = dict[str, Any]
+
+
+def template_pod(namespace: str, name: str, template: str, priority_class: str) -> Json:
+    pod = dra_pod(namespace, name, [{"name": "gpus", "resourceClaimTemplateName": template}])
+    pod["spec"]["priorityClassName"] = priority_class
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return pod
+
+
+async def claim_gone_or_free(api: client.ApiClient, namespace: str, name: str) -> bool:
+    """The claim was deleted, or is no longer allocated."""
+    try:
+        response = await client.ResourceV1Api(api).read_namespaced_resource_claim(name, namespace)
+    except client.ApiException as error:
+        return error.status == 404
+    return response.status is None or response.status.allocation is None
+
+
+async def test_a_lower_priority_pod_is_preempted_for_the_devices_of_its_claim(
+    cluster: LocalCluster,
+    core_api: client.CoreV1Api,
+    namespace: str,
+    classes: dict[str, str],  # noqa: F811
+) -> None:
+    api = core_api.api_client
+    [node] = await make_nodes(core_api, [isolated(D4, namespace)])
+    await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
+        namespace, claim_template("two", namespace, gpus(2))
+    )
+    settings = settings_for(
+        namespace, reclaim={"mode": "off"}, queue={"unschedulableFlushSeconds": 1}
+    )
+    async with running_daemon(cluster, settings) as daemon:
+        held: dict[str, list[str]] = {}
+        for name, klass in (("low", "plain-low"), ("mid", "plain-mid")):
+            await core_api.create_namespaced_pod(
+                namespace, template_pod(namespace, name, "two", classes[klass])
+            )
+            await wait_bound(core_api, namespace, name)
+            claim = await template_claim_name(core_api, namespace, name)
+            held[name] = await allocated_devices(api, namespace, claim)
+        low_claim = await template_claim_name(core_api, namespace, "low")
+        preemptor = await core_api.create_namespaced_pod(
+            namespace, template_pod(namespace, "preemptor", "two", classes["urgent"])
+        )
+        bound = await wait_bound(core_api, namespace, "preemptor")
+        mine = await allocated_devices(
+            api, namespace, await template_claim_name(core_api, namespace, "preemptor")
+        )
+        victim_notes = await eventually(
+            lambda: notes(core_api, namespace, "low", "Preempted"), what="victim event"
+        )
+        outcomes = dict(daemon.reclaimer.preemption.outcomes)
+    assert bound["spec"]["nodeName"] == node
+    assert await pod_gone(core_api, namespace, "low")
+    assert not await pod_gone(core_api, namespace, "mid")
+    assert await claim_gone_or_free(api, namespace, low_claim)
+    assert mine == held["low"]  # the devices the victim's claim gave back
+    assert victim_notes == [f"Preempted by pod {preemptor.metadata.uid} on node {node}"]
+    assert outcomes.get("planned", 0) >= 1
