@@ -1,6 +1,8 @@
 """The gang PostFilter: when a gang's plan fails, one plan that makes room for the whole gang.
 
-One attempt per gang, never two within the reclaim `cooldownSeconds`:
+One attempt per gang, never two within the reclaim `cooldownSeconds`; none while a member's
+template claim is not created yet (no eviction could help it, and the attempt would start the
+cooldown):
 
 1. Candidate nodes: every node some pending member was rejected on only for reasons that
    removing pods can fix (as for a single pod). None: refused.
@@ -84,6 +86,12 @@ def group_ref(group: PodGroupInfo) -> ObjectRef:
     return ObjectRef("PodGroup", group.name, group.namespace, group.uid, api_version=group.source)
 
 
+def _waits_for_claims(pod: PodInfo) -> bool:
+    """Whether a claim the pod's template makes is not created yet: its verdict on every node
+    would be "ResourceClaim not created yet", which no eviction fixes."""
+    return pod.resource_claims is not None and bool(pod.resource_claims.waiting)
+
+
 class GangReclaimer:
     """Runs gang PostFilter attempts (see the module docstring), through the single-pod
     Reclaimer's settings, policies, measurements, cooldowns and nominations."""
@@ -101,7 +109,8 @@ class GangReclaimer:
         self.custom = client.CustomObjectsApi(context.api_client)
         self.core = client.CoreV1Api(context.api_client)
         self.outcomes: dict[str, int] = {}
-        """Attempts by outcome: evicted, dry_run, refused, stale, blocked, cooldown, error."""
+        """Attempts by outcome: evicted, dry_run, refused, stale, blocked, cooldown, error, and
+        waiting (not attempted: a member's claim is not created yet)."""
 
     @property
     def enabled(self) -> bool:
@@ -118,6 +127,11 @@ class GangReclaimer:
         Prometheus trouble, nor for a bug (logged)."""
         r = self.reclaimer
         if not self.enabled or not request.members:
+            return False
+        waiting = [m.key for m in request.members if _waits_for_claims(m)]
+        if waiting:  # not an attempt (no cooldown): the claim's creation retries the gang
+            log.info("gang_reclaim_waits_for_claims", gang=request.group.key, members=waiting)
+            self._count("waiting")
             return False
         key = GANG_UNIT_PREFIX + request.group.key
         if not r.begin_attempt(key):

@@ -89,7 +89,9 @@ class DraStore:
         self._shared_pools: set[PoolID] | None = None
         self._in_use: frozenset[DeviceID] | None = None
         self._released: frozenset[DeviceID] = frozenset()
-        """Devices a `released` block now running counts as free."""
+        """Devices of claims a `released` block now running counts as free."""
+        self._released_keys: frozenset[str] = frozenset()
+        """Pods whose in-flight allocations a `released` block now running gives back."""
         self._shapes: dict[int, tuple[Device, int]] = {}
         self._shape_ids: dict[str, int] = {}
         self._resource_classes: dict[str, str] | None = None
@@ -215,17 +217,15 @@ class DraStore:
         self,
         gone_uids: Collection[str],
         is_live: Callable[[str], bool],
-        gone_keys: Collection[str] = (),
     ) -> frozenset[DeviceID]:
-        """The devices that come free once the pods with uids `gone_uids` (keys `gone_keys`) are
-        gone and the resourceclaim controller has done its work:
+        """The devices of allocated claims that come free once the pods with uids `gone_uids`
+        are gone and the resourceclaim controller has done its work:
 
         - a claim generated for one of them (its controller owner) is deleted with it;
         - a claim reserved only for pods that are gone or no longer live (`is_live(uid)` is
           False: deleted, or finished) is deallocated once its last consumer goes, so a claim
           shared with a pod that stays frees nothing, and one whose consumers already left is
-          counted free (its release is pending: no pod has to be evicted for it);
-        - an allocation in flight for one of `gone_keys` is given back.
+          counted free (its release is pending: no pod has to be evicted for it).
 
         A claim reserved for a consumer that is not a pod is never freed."""
         gone = set(gone_uids)
@@ -241,10 +241,6 @@ class DraStore:
             )
             if owned_by_gone or consumers_gone:
                 freed.update(taken_devices(claim.allocation))
-        keys = set(gone_keys)
-        for flying in self._in_flight.values():
-            if flying.pod_key in keys:
-                freed.update(taken_devices(flying.allocation))
         return frozenset(freed)
 
     @contextmanager
@@ -254,30 +250,35 @@ class DraStore:
         is_live: Callable[[str], bool],
         gone_keys: Collection[str] = (),
     ) -> Iterator[None]:
-        """Within the block, `in_use()` leaves out the devices `freed_by` names (blocks nest);
-        afterwards it counts them again. Nothing is written: the claims stay as they are."""
-        saved = self._released
-        self._released = saved | self.freed_by(gone_uids, is_live, gone_keys)
+        """Within the block, `in_use()` leaves out the devices of the claims `freed_by` names
+        and the allocations in flight for the pods `gone_keys` (blocks nest); allocations
+        assumed inside the block count as usual. Afterwards everything counts again. Nothing
+        is written: the claims stay as they are."""
+        saved = self._released, self._released_keys
+        self._released = saved[0] | self.freed_by(gone_uids, is_live)
+        self._released_keys = saved[1] | frozenset(gone_keys)
         self._in_use = None
         try:
             yield
         finally:
-            self._released = saved
+            self._released, self._released_keys = saved
             self._in_use = None
 
     # -- what the allocator reads ----------------------------------------------------------------
 
     def in_use(self) -> frozenset[DeviceID]:
         """Devices allocated to any claim, or to an allocation in flight (less those a
-        `released` block counts free)."""
+        `released` block gives back)."""
         if self._in_use is None:
             taken: set[DeviceID] = set()
             for claim in self.claims.values():
                 if claim.allocation is not None:
                     taken.update(taken_devices(claim.allocation))
+            taken -= self._released
             for flying in self._in_flight.values():
-                taken.update(taken_devices(flying.allocation))
-            self._in_use = frozenset(taken - self._released)
+                if flying.pod_key not in self._released_keys:
+                    taken.update(taken_devices(flying.allocation))
+            self._in_use = frozenset(taken)
         return self._in_use
 
     def pools_for(self, node_name: str, labels: Mapping[str, str]) -> tuple[Pool, ...]:

@@ -18,6 +18,7 @@ from tests.integration.test_dra_allocation import (
     gpus,
     template_claim_name,
 )
+from tests.integration.test_gangs import create_group
 from tests.integration.test_preemption import classes  # noqa: F401  (the fixture)
 from tests.integration.test_reclaim import notes
 from tests.kube import eventually, pod_gone
@@ -84,3 +85,48 @@ async def test_a_lower_priority_pod_is_preempted_for_the_devices_of_its_claim(
     assert mine == held["low"]  # the devices the victim's claim gave back
     assert victim_notes == [f"Preempted by pod {preemptor.metadata.uid} on node {node}"]
     assert outcomes.get("planned", 0) >= 1
+
+
+async def test_a_gang_with_claims_preempts_for_every_member_or_nobody(
+    cluster: LocalCluster,
+    core_api: client.CoreV1Api,
+    namespace: str,
+    classes: dict[str, str],  # noqa: F811
+) -> None:
+    """Two 2-GPU members of a minCount-2 gang on a 4-GPU node held by two lower-priority
+    template pods: the gang's what-if frees both victims' devices, both go, both members
+    are bound with the devices they gave back."""
+    api = core_api.api_client
+    [node] = await make_nodes(core_api, [isolated(D4, namespace)])
+    await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
+        namespace, claim_template("two", namespace, gpus(2))
+    )
+    settings = settings_for(
+        namespace, reclaim={"mode": "off"}, queue={"unschedulableFlushSeconds": 1}
+    )
+    async with running_daemon(cluster, settings) as daemon:
+        held: set[str] = set()
+        for name in ("low0", "low1"):
+            await core_api.create_namespaced_pod(
+                namespace, template_pod(namespace, name, "two", classes["plain-low"])
+            )
+            await wait_bound(core_api, namespace, name)
+            claim = await template_claim_name(core_api, namespace, name)
+            held.update(await allocated_devices(api, namespace, claim))
+        await create_group(api, namespace, "pg", 2)
+        for name in ("w0", "w1"):
+            pod = template_pod(namespace, name, "two", classes["urgent"])
+            pod["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
+            await core_api.create_namespaced_pod(namespace, pod)
+        bound = [await wait_bound(core_api, namespace, n) for n in ("w0", "w1")]
+        got: list[str] = []
+        for name in ("w0", "w1"):
+            got += await allocated_devices(
+                api, namespace, await template_claim_name(core_api, namespace, name)
+            )
+        outcomes = dict(daemon.gang_reclaimer.outcomes)
+    assert {p["spec"]["nodeName"] for p in bound} == {node}
+    assert await pod_gone(core_api, namespace, "low0")
+    assert await pod_gone(core_api, namespace, "low1")
+    assert sorted(got) == sorted(held) and len(set(got)) == 4
+    assert outcomes.get("evicted") == 1, outcomes

@@ -13,9 +13,13 @@ import pytest
 from hack.localcluster import D8
 from hack.localcluster.dra import gpu_device_class, node_resource_slice
 from hack.localcluster.nodes import node_manifest
+from scheduler.config import SchedulerConfig
+from scheduler.core.profile import default_framework
 from scheduler.dra.cel import CelSelectors
 from scheduler.framework.interface import CycleState
 from scheduler.framework.snapshot import Snapshot
+from scheduler.gangs.planning import plan_gang
+from scheduler.model.allocations import Allocation
 from scheduler.model.claims import parse_resource_claim
 from scheduler.model.device_classes import parse_device_class
 from scheduler.model.objects import parse_node, parse_pod
@@ -72,6 +76,12 @@ def store_with(*claims: Json) -> DraStore:
     return store
 
 
+def parse_allocation(devices: list[Json]) -> Allocation:
+    claim = parse_resource_claim(resource_claim("x", status=allocated(*devices, node="a")))
+    assert claim.allocation is not None
+    return claim.allocation
+
+
 def names(devices: frozenset[tuple[str, str, str]]) -> set[str]:
     return {device for _, _, device in devices}
 
@@ -117,6 +127,19 @@ def test_released_hides_the_freed_devices_and_gives_them_back() -> None:
             assert store.in_use() == frozenset()
         assert names(store.in_use()) == {"gpu-5"}
     assert store.in_use() == before
+
+
+def test_allocations_in_flight_for_gone_pods_are_given_back_and_new_ones_count() -> None:
+    """A gang's what-if assumes its members' allocations inside the block: they must count
+    even when they take the very devices the block freed."""
+    store = store_with(held_claim("v-gpus", gpus(0, 1), ["v"]))
+    store.assume("default/flying", {"default/f": ("uid-f", parse_allocation(gpus(2)))})
+    with store.released({"uid-v"}, lambda uid: True, ["default/flying"]):
+        assert store.in_use() == frozenset()
+        store.assume("default/member", {"default/m": ("uid-m", parse_allocation(gpus(0, 1)))})
+        assert names(store.in_use()) == {"gpu-0", "gpu-1"}
+        store.revert("default/member")
+    assert names(store.in_use()) == {"gpu-0", "gpu-1", "gpu-2"}
 
 
 # -- the cache's what-if and the filter ---------------------------------------------------------
@@ -234,3 +257,31 @@ async def test_no_pod_is_evicted_while_a_released_claim_awaits_deallocation(
     assert await rig.attempt(parse_pod(pod)) is None
     assert rig.api.evicted == []
     assert len(cache.dra.in_use()) == 8  # nothing was forgotten
+
+
+def test_a_gang_fits_without_a_victim_only_if_every_member_gets_its_own_devices() -> None:
+    """Two 4-GPU members on an 8-GPU node held by two 4-GPU pods: both victims must go; with
+    only one gone, the second member must not get the devices the first one took."""
+    claims = (
+        held_claim("low0-gpus", gpus(0, 1, 2, 3), ["low0"], owner="low0"),
+        held_claim("low1-gpus", gpus(4, 5, 6, 7), ["low1"], owner="low1"),
+    )
+    cache = dra_cache(running("low0", 100), running("low1", 100), claims=claims)
+    members = []
+    for name in ("w0", "w1"):
+        pod, claim = wants(4, name)
+        cache.dra.put_claim(parse_resource_claim(claim))
+        members.append(parse_pod(pod))
+    framework = default_framework(SchedulerConfig())
+
+    def fits(removed: list[str]) -> bool:
+        with cache.without(removed):
+            plan = plan_gang(cache, framework, members, 2)
+            for placed in plan.placed:
+                cache.forget(placed.pod.key)
+        return plan.fits
+
+    assert fits(["default/low0", "default/low1"])
+    assert not fits(["default/low1"])
+    assert not fits([])
+    assert len(cache.dra.in_use()) == 8

@@ -296,3 +296,22 @@ async def test_priority_preemption_for_a_gang_across_nodes(
         "for minCount 2 members"
     )
     assert rig.recorder.notes("Preempted")[0] == "Preempted by PodGroup uid-train"
+
+
+async def test_no_attempt_and_no_cooldown_while_a_members_claim_is_not_created(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A member whose template claim does not exist yet cannot fit anywhere: attempting would
+    evict nothing and start the cooldown that keeps the gang waiting once its claim exists."""
+    rig, gangs, tracker, _ = setup(
+        monkeypatch, victim_pod("idle1", "n1", gpus=2), victim_pod("idle2", "n2", gpus=2)
+    )
+    wanted = request(tracker)
+    raw = member("w1", group="train", gpus=2, priority=1000)
+    raw["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two"}]
+    waiting = parse_pod(raw)
+    assert waiting.resource_claims is not None and waiting.resource_claims.waiting
+    assert await gangs.attempt(replace(wanted, members=(wanted.members[0], waiting))) is False
+    assert rig.api.evicted == [] and gangs.outcomes == {"waiting": 1}
+    assert not gangs.cooling_down("default/train")
+    assert await gangs.attempt(wanted) is True  # once it exists, the gang is served at once
