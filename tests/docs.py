@@ -13,6 +13,7 @@ OPERATIONS = REPO_ROOT / "docs" / "operations.md"
 OPERATIONS_SECTIONS = ("Why is my pod pending", "Why was my pod evicted", "Dry-run first")
 """The sections of docs/operations.md whose commands the demo test and the unit tests run."""
 KUEUE = REPO_ROOT / "docs" / "kueue.md"
+KUEUE_DRA_SECTION = "Dynamic Resource Allocation (ResourceClaimTemplates)"
 DEMO_DIR = "_out/demo"
 """The demo's folder as the documentation names it: commands with it need the demo cluster."""
 
@@ -40,3 +41,14 @@ def kueue_recipe() -> dict[tuple[str, str], dict[str, Any]]:
     """The objects of the `## Recipe` section of docs/kueue.md (one yaml block), by (kind, name)."""
     (block,) = section_blocks(KUEUE.read_text(), "Recipe", "yaml")
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(block) if d}
+
+
+def kueue_dra_recipe() -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
+    """The `KUEUE_DRA_SECTION` of docs/kueue.md: Kueue's Configuration excerpt (its first yaml
+    block) and the objects of its second, by (kind, name)."""
+    config_block, objects_block = section_blocks(KUEUE.read_text(), KUEUE_DRA_SECTION, "yaml")
+    config: dict[str, Any] = yaml.safe_load(config_block)
+    objects = {
+        (d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(objects_block) if d
+    }
+    return config, objects

@@ -22,6 +22,11 @@ outside the repository). What differs from an in-cluster install, and why:
 - Integrations: batch/v1 Job and plain Pods (`pod`: pods labelled with a queue name are gated
   until admitted; `kueue.x-k8s.io/pod-group-name` makes a group of them one Workload).
   TopologyAwareScheduling is a beta feature gate, on by default in v0.17.0.
+- Dynamic Resource Allocation: the alpha feature gate `DynamicResourceAllocation` is on and
+  `resources.deviceClassMappings` maps the DeviceClass of the DRA nodes' GPUs (`gpu.nvidia.com`,
+  hack/localcluster/dra.py) to `GPU_QUOTA_RESOURCE`, `nvidia.com/gpu`: Kueue counts the devices
+  of the ResourceClaimTemplates a queued pod template uses against that quota, the same quota
+  name the device plugin's GPUs are counted under. `DRAExtendedResources` stays off.
 - Webhooks: only those of the enabled integrations (Jobs, Pods) and of Kueue's own API are
   registered; the others would point at paths nothing serves and, with failurePolicy Fail, refuse
   every Deployment or StatefulSet. The Pod webhooks skip `SYSTEM_NAMESPACES` (a namespaceSelector,
@@ -36,6 +41,7 @@ outside the repository). What differs from an in-cluster install, and why:
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import subprocess
@@ -51,6 +57,7 @@ import yaml
 
 from hack.localcluster.binaries import BUILD_SCRIPT, cache_dir, pinned_versions
 from hack.localcluster.cluster import LocalCluster, free_port
+from hack.localcluster.dra import GPU_CLASS
 from hack.localcluster.pki import Pki, issue_serving_cert
 from hack.localcluster.processes import Component
 
@@ -73,6 +80,16 @@ ADMISSION_GATE = "kueue.x-k8s.io/admission"
 FRAMEWORKS = ("batch/job", "pod")
 """Kueue's enabled integrations (Configuration integrations.frameworks)."""
 READY_TIMEOUT_S = 90.0
+GPU_QUOTA_RESOURCE = "nvidia.com/gpu"
+"""The logical resource Kueue counts DRA GPUs of DeviceClass `GPU_CLASS` as (its
+`deviceClassMappings`); ClusterQueues give quota for it under this name."""
+DEVICE_CLASS_MAPPINGS: tuple[dict[str, Any], ...] = (
+    {"name": GPU_QUOTA_RESOURCE, "deviceClassNames": [GPU_CLASS]},
+)
+"""Kueue's Configuration `resources.deviceClassMappings` (v0.17.0: a logical resource name and
+the DeviceClasses whose requested devices count as it)."""
+FEATURE_GATES = {"VisibilityOnDemand": False, "DynamicResourceAllocation": True}
+"""Kueue's feature gates as the local cluster sets them."""
 
 
 class KueueError(RuntimeError):
@@ -210,7 +227,8 @@ def configuration(webhook_port: int, health_port: int, cert_dir: Path) -> dict[s
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 100, "burst": 200},
         "integrations": {"frameworks": list(FRAMEWORKS)},
-        "featureGates": {"VisibilityOnDemand": False},
+        "featureGates": dict(FEATURE_GATES),
+        "resources": {"deviceClassMappings": copy.deepcopy(list(DEVICE_CLASS_MAPPINGS))},
     }
 
 

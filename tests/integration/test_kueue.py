@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -62,11 +62,13 @@ class Team:
     """preemption.reclaimWithinCohort: Any (take lent quota back from borrowers)."""
 
 
-def resource_flavor(name: str, namespace: str) -> dict[str, Any]:
-    """The recipe's flavor, for the test's own nodes."""
+def resource_flavor(
+    name: str, namespace: str, node_labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The recipe's flavor, for the test's own nodes (those with `node_labels` when given)."""
     flavor = copy.deepcopy(RECIPE["ResourceFlavor", "h200"])
     flavor["metadata"] = {"name": name}
-    flavor["spec"]["nodeLabels"] = {TEST_LABEL: namespace}
+    flavor["spec"]["nodeLabels"] = dict(node_labels or {TEST_LABEL: namespace})
     return flavor
 
 
@@ -113,16 +115,20 @@ def gpu_job(name: str, queue: str, pods: int, gpus_per_pod: int) -> dict[str, An
 
 @asynccontextmanager
 async def team_queues(
-    api_client: client.ApiClient, namespace: str, teams: Sequence[Team], cohort: bool = False
+    api_client: client.ApiClient,
+    namespace: str,
+    teams: Sequence[Team],
+    cohort: bool = False,
+    node_labels: Mapping[str, str] | None = None,
 ) -> AsyncIterator[None]:
-    """A ResourceFlavor for the test's nodes, a ClusterQueue per team (in one cohort when
-    `cohort`) and its LocalQueue; waits until every ClusterQueue is Active, deletes the
-    cluster-scoped objects at the end."""
+    """A ResourceFlavor for the test's nodes (`resource_flavor`), a ClusterQueue per team (in
+    one cohort when `cohort`) and its LocalQueue; waits until every ClusterQueue is Active,
+    deletes the cluster-scoped objects at the end."""
     custom = client.CustomObjectsApi(api_client)
     cohort_name = namespace if cohort else None
     queues = {team.name: f"{namespace}-{team.name}" for team in teams}
     await custom.create_cluster_custom_object(
-        GROUP, VERSION, "resourceflavors", resource_flavor(namespace, namespace)
+        GROUP, VERSION, "resourceflavors", resource_flavor(namespace, namespace, node_labels)
     )
     try:
         for team in teams:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from hack.localcluster import G2_EXPANSION, LocalCluster
+from hack.localcluster import G2_EXPANSION, LocalCluster, NodeSpec
 from scheduler.daemon import Daemon
 from scheduler.kube.kueue_workloads import (
     DEACTIVATED_BY_ANNOTATION,
@@ -138,11 +138,13 @@ async def overcommitted(
     namespace: str,
     tmp_path: Path,
     patch: bool = True,
+    spec: NodeSpec = G2_EXPANSION,
 ) -> AsyncIterator[Reclaim]:
-    """The module docstring's set-up, gpu-scheduler running with idle reclaim enforced."""
+    """The module docstring's set-up, gpu-scheduler running with idle reclaim enforced; the
+    8-GPU node is of `spec` (`D8` for GPUs published through DRA)."""
     kubeconfig = await _daemon_kubeconfig(cluster, core, namespace, tmp_path, patch)
     taints = RECIPE["ResourceFlavor", "h200"]["spec"]["nodeTaints"]
-    (node,) = await make_nodes(core, [isolated(replace(G2_EXPANSION, taints=taints), namespace)])
+    (node,) = await make_nodes(core, [isolated(replace(spec, taints=taints), namespace)])
     settings = settings_for(
         namespace,
         schedulerName=SCHEDULER,

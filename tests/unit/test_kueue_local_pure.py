@@ -1,5 +1,6 @@
 """The pure parts of hack/localcluster/kueue.py: which webhooks are registered and where they
-point, and the metrics key pair that is written once and never replaced."""
+point, the Configuration (with the Dynamic Resource Allocation settings docs/kueue.md shows),
+and the metrics key pair that is written once and never replaced."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hack.localcluster.dra import GPU_CLASS
 from hack.localcluster.kueue import (
+    GPU_QUOTA_RESOURCE,
     WEBHOOK_CONFIGURATIONS,
     KueueError,
     configuration,
@@ -17,6 +20,7 @@ from hack.localcluster.kueue import (
     local_webhooks,
 )
 from hack.localcluster.pki import write_pki
+from tests.docs import kueue_dra_recipe, kueue_recipe
 
 
 def _webhook(name: str, group: str, path: str, resource: str = "things") -> dict[str, object]:
@@ -93,8 +97,42 @@ def test_configuration_serves_on_loopback_without_internal_certs(tmp_path: Path)
     assert config["webhook"] == {"host": "127.0.0.1", "port": 9443, "certDir": str(tmp_path)}
     assert config["internalCertManagement"] == {"enable": False}
     assert config["health"]["healthProbeBindAddress"] == "127.0.0.1:8081"
-    assert config["featureGates"] == {"VisibilityOnDemand": False}
+    assert config["featureGates"] == {
+        "VisibilityOnDemand": False,
+        "DynamicResourceAllocation": True,
+    }
     assert config["integrations"]["frameworks"] == ["batch/job", "pod"]
+
+
+def test_configuration_counts_dra_gpus_as_the_documented_quota_resource(tmp_path: Path) -> None:
+    config = configuration(9443, 8081, tmp_path)
+    assert config["resources"]["deviceClassMappings"] == [
+        {"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]}
+    ]
+    assert (GPU_QUOTA_RESOURCE, GPU_CLASS) == ("nvidia.com/gpu", "gpu.nvidia.com")
+    # What docs/kueue.md tells a cluster admin to set is what the local cluster runs with.
+    documented, objects = kueue_dra_recipe()
+    assert documented["resources"] == config["resources"]
+    for gate, value in documented["featureGates"].items():
+        assert config["featureGates"][gate] == value
+    # The recipe's ClusterQueues already cover the mapped name, and the template's class is
+    # the mapped one.
+    for (kind, _), queue in kueue_recipe().items():
+        if kind == "ClusterQueue":
+            for group in queue["spec"]["resourceGroups"]:
+                assert GPU_QUOTA_RESOURCE in group["coveredResources"]
+    (template,) = [o for (kind, _), o in objects.items() if kind == "ResourceClaimTemplate"]
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == GPU_CLASS
+
+
+def test_configuration_is_a_fresh_copy_each_time(tmp_path: Path) -> None:
+    first = configuration(9443, 8081, tmp_path)
+    first["resources"]["deviceClassMappings"][0]["deviceClassNames"].append("other")
+    first["featureGates"]["DynamicResourceAllocation"] = False
+    second = configuration(9443, 8081, tmp_path)
+    assert second["resources"]["deviceClassMappings"][0]["deviceClassNames"] == [GPU_CLASS]
+    assert second["featureGates"]["DynamicResourceAllocation"] is True
 
 
 def test_the_metrics_key_pair_is_written_once_and_kept(tmp_path: Path) -> None:
