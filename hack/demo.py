@@ -22,7 +22,12 @@ Steps (`STEPS`; each prints one line saying what it shows, then its outcome):
    through ResourceClaimTemplates, one at a time; the table shows each claim's node, the devices
    of its status.allocation and their NVLink domain, beside kube-scheduler's first fit computed
    at the same moment (`hack.demo_dra.first_fit`: the allocator in upstream's device order),
-   then what gpu-scheduler wrote into the last claim (finalizer, allocation, reservedFor);
+   then what gpu-scheduler wrote into the last claim (finalizer, allocation, reservedFor).
+   With --in-cluster the step runs on the real node instead (`hack.demo_dra_step.on_real_node`):
+   its 4 devices of Kubernetes' DRA test driver in two NVLink domains of two, a holder taking
+   one, then a 2-device claim placed by the Deployment inside one domain beside first fit's
+   choice across both; both pods run, and their containers' claim variables and the devices
+   kubelet prepared are printed;
 6. kueue (only with --kueue, which alone starts Kueue, building it first if it is not cached):
    Kueue (hack/localcluster/kueue.py) with docs/kueue.md's recipe on an 8-GPU node of its own
    (`KUEUE_NODE`): team-b borrows team-a's idle quota (4 x 2 GPUs), team-a submits the recipe's
@@ -45,7 +50,7 @@ NODES.yaml, when given, is a list of node specs (fields of `hack.localcluster.No
 
 The reclaim step adds one node of its own (`RECLAIM_NODE`, tainted so nothing else lands on it),
 the gang step four (`GANG_NODE`, likewise), the dra step one (`hack.demo_dra.DRA_NODE`,
-likewise), each when it starts.
+likewise; none with --in-cluster, where it uses the real node), each when it starts.
 An error before the cluster is up (a missing NODES.yaml, a bad spec) or a component that does not
 start ends the demo with one line on stderr, exit 2 or 1, as the `gpu-scheduler` command does.
 """
@@ -69,20 +74,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes_asyncio import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
-from hack import demo_dra
+from hack import demo_dra, demo_dra_step
+from hack.demo_io import NAMESPACE as NAMESPACE
+from hack.demo_io import add_nodes, apply_objects, get_json, poll, say
 from hack.localcluster import (
     SEED_NODE_TYPES,
     ClusterConfig,
     LocalCluster,
     NodeSpec,
-    create_nodes,
-    wait_nodes_ready,
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
-from hack.localcluster.dra import DRIVER, NVLINK_DOMAIN_IDS_ANNOTATION, slice_name
 from hack.localcluster.kueue import QUEUE_LABEL, Kueue, KueueError
 from hack.localcluster.kwok_stages import RUN_ANNOTATION, UNTIL_DELETED
 from hack.localcluster.nodes import spec_from_mapping
@@ -93,7 +96,6 @@ from scheduler.tools.errors import EXIT_RUNTIME, CommandError
 from topology.occupancy import GPUS_ANNOTATION, NO_DOMAIN
 
 DEFAULT_WORK_DIR = REPO_ROOT / "_out" / "demo"
-NAMESPACE = "demo"
 WORKLOADS = REPO_ROOT / "manifests" / "examples" / "workloads.yaml"
 RECLAIM_MANIFESTS = REPO_ROOT / "manifests" / "examples" / "reclaim"
 IDLE_NOTEBOOK = RECLAIM_MANIFESTS / "1-idle-notebook.yaml"
@@ -150,10 +152,6 @@ NONE_CELL = "<none>"
 """An empty cell, as `kubectl get -o custom-columns` shows it."""
 SPANS = "spans"
 """The DOMAIN cell of a pod whose GPUs lie in more than one NVLink domain (the annotation's -1)."""
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
 
 
 def domain_cell(value: str | None) -> str:
@@ -219,16 +217,6 @@ def pods_of(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]]:
     listed = cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
     items = json.loads(listed).get("items", []) if listed.strip() else []
     return {pod["metadata"]["name"]: pod for pod in items}
-
-
-def poll(check: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
-    """Call `check` until it returns True (then True) or `timeout` s have passed (then False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def wait_for_decisions(cluster: LocalCluster, namespace: str, timeout: float) -> None:
@@ -342,16 +330,6 @@ def load_specs(path: Path | None, count: int) -> list[NodeSpec]:
         return [spec_from_mapping(item) for item in raw]
     except (TypeError, ValueError) as error:
         raise CommandError(f"--nodes {path}: {str(error)[:300]}") from None
-
-
-async def add_nodes(kubeconfig: Path, specs: list[NodeSpec]) -> list[str]:
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    async with client.ApiClient(configuration) as api_client:
-        core = client.CoreV1Api(api_client)
-        names = await create_nodes(core, specs)
-        await wait_nodes_ready(core, names)
-        return names
 
 
 def shown(path: Path) -> str:
@@ -637,13 +615,6 @@ def gang_manifests() -> list[dict[str, Any]]:
     return [group, *(_gang_pod(f"{GANG}-{i}", GANG) for i in range(GANG_MEMBERS))]
 
 
-def _apply(demo: Demo, name: str, objects: list[dict[str, Any]]) -> None:
-    """Write `objects` to `name` in the demo's folder and `kubectl apply` it; print the output."""
-    path = demo.cluster.work_dir / name
-    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
-    say(demo.cluster.kubectl("apply", "-f", str(path)).stdout.rstrip())
-
-
 def gang_condition(cluster: LocalCluster) -> tuple[str, str, str] | None:
     """(status, reason, message) of the gang's PodGroupInitiallyScheduled condition, if set."""
     result = cluster.kubectl(
@@ -691,7 +662,7 @@ def gang(demo: Demo) -> None:
     cluster = demo.cluster
     names = asyncio.run(add_nodes(cluster.kubeconfig, [GANG_NODE]))
     say(f"added {len(names)} nodes of {GANG_NODE.gpus} GPUs for this step: {', '.join(names)}")
-    _apply(demo, "gang-blocker.yaml", [_gang_pod(GANG_BLOCKER, None)])
+    apply_objects(demo.cluster, "gang-blocker.yaml", [_gang_pod(GANG_BLOCKER, None)])
 
     def blocker_node() -> str:
         pod = pods_of(cluster, NAMESPACE).get(GANG_BLOCKER, {})
@@ -706,7 +677,7 @@ def gang(demo: Demo) -> None:
     free = (len(names) - 1) * GANG_NODE.gpus
     say(f"{GANG_BLOCKER} holds all {GANG_NODE.gpus} GPUs of {blocker_node()}; {free} GPUs are "
         f"free for a gang of {GANG_MEMBERS} x {GANG_MEMBER_GPUS} GPUs:")  # fmt: skip
-    _apply(demo, "gang.yaml", gang_manifests())
+    apply_objects(demo.cluster, "gang.yaml", gang_manifests())
     refused = poll(
         lambda: demo.stop() or (gang_condition(cluster) or ("",))[0] == "False",
         GANG_TIMEOUT_SECONDS,
@@ -752,103 +723,10 @@ def gang(demo: Demo) -> None:
     say()
 
 
-# -- the DRA step ------------------------------------------------------------------------------
-
-DRA_TIMEOUT_SECONDS = 60.0
-"""How long the DRA step waits for each pod to be bound with its claim allocated."""
-
-
-def claim_of(pod: dict[str, Any]) -> str:
-    """The name of the claim `pod` (JSON) uses (a template's: from the pod's status, once the
-    resourceclaim controller made it); "" while there is none."""
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
-        if entry.get("resourceClaimName"):
-            return str(entry["resourceClaimName"])
-    for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
-        if entry.get("resourceClaimName"):
-            return str(entry["resourceClaimName"])
-    return ""
-
-
-def bound_claim(cluster: LocalCluster, pod: str) -> tuple[str, dict[str, Any]] | None:
-    """(node, claim JSON) once `pod` is bound and its claim allocated; None before."""
-    body = _json(cluster, "get", "pod", pod, "-n", NAMESPACE)
-    node = str((body.get("spec") or {}).get("nodeName") or "")
-    name = claim_of(body)
-    if not node or not name:
-        return None
-    claim = _json(cluster, "get", "resourceclaim", name, "-n", NAMESPACE)
-    return (node, claim) if demo_dra.allocated_devices(claim) else None
-
-
-def dra_objects(cluster: LocalCluster) -> list[dict[str, Any]]:
-    """Every DeviceClass, ResourceSlice and ResourceClaim of the cluster, each with its kind."""
-    listed = _json(cluster, "get", "deviceclasses,resourceslices,resourceclaims", "-A")
-    items: list[dict[str, Any]] = listed.get("items", [])
-    return items
-
-
-def place_claim_pod(
-    demo: Demo, node: dict[str, Any], pod: dict[str, Any], claim: dict[str, Any]
-) -> demo_dra.ClaimRow | None:
-    """Work out kube-scheduler's first fit for `claim` (the pod's claim, or one with its
-    template's spec) on `node` as the cluster is now, apply `claim` when it is the pod's own
-    and then `pod`, and wait for the pod to be bound with its claim allocated. The table row,
-    or None (said why) when that did not happen in `DRA_TIMEOUT_SECONDS`."""
-    cluster = demo.cluster
-    name = pod["metadata"]["name"]
-    fit = demo_dra.first_fit(dra_objects(cluster), node, claim)
-    own = [claim] if "resourceClaimName" in pod["spec"]["resourceClaims"][0] else []
-    _apply(demo, f"{name}.yaml", [*own, pod])
-    poll(lambda: demo.stop() or bound_claim(cluster, name) is not None, DRA_TIMEOUT_SECONDS)
-    found = None if demo.stop() else bound_claim(cluster, name)
-    if found is None:
-        if not demo.stop():
-            say(f"dra: {name} was not bound with its claim allocated in "
-                f"{DRA_TIMEOUT_SECONDS:.0f} s; see gpu-scheduler.log in "
-                f"{cluster.log_dir}")  # fmt: skip
-        return None
-    bound_node, bound = found
-    devices = demo_dra.allocated_devices(bound)
-    return demo_dra.ClaimRow(name, bound_node, bound["metadata"]["name"], devices, fit, bound)
-
-
 def dra(demo: Demo) -> None:
-    cluster = demo.cluster
-    spec = demo_dra.DRA_NODE
-    (node,) = asyncio.run(add_nodes(cluster.kubeconfig, [spec]))
-    node_json = _json(cluster, "get", "node", node)
-    published = _json(cluster, "get", "resourceslice", slice_name(node))
-    say(f"added {node} for this step: {spec.gpus} H200 GPUs published through DRA, not as "
-        f"nvidia.com/gpu: ResourceSlice {slice_name(node)} (driver {DRIVER}, devices gpu-0.."
-        f"gpu-{spec.gpus - 1}), NVLink domains {spec.nvlink_domains} named by GPU UUID in "
-        f"{NVLINK_DOMAIN_IDS_ANNOTATION}")  # fmt: skip
-    uuid = demo_dra.device_uuid(published, "gpu-0")
-    if not uuid:
-        say(f"dra: no ResourceSlice with gpu-0 published for {node}; see kube-apiserver.log in "
-            f"{cluster.log_dir}")  # fmt: skip
-        return
-    selector = demo_dra.uuid_selector(uuid)
-    say(f"{demo_dra.HOLDER} takes gpu-0 through a claim of its own, selecting it by UUID "
-        f"({selector}); then, one at a time, {demo_dra.PAIR} asks for {demo_dra.PAIR_GPUS} "
-        f"GPUs and {demo_dra.QUAD} for {demo_dra.QUAD_GPUS}, each through a "
-        "ResourceClaimTemplate:")  # fmt: skip
-    sizes = (demo_dra.PAIR_GPUS, demo_dra.QUAD_GPUS)
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    templates = [demo_dra.claim_template(NAMESPACE, n) for n in sizes]
-    _apply(demo, "dra-templates.yaml", [namespace, *templates])
-    rows: list[demo_dra.ClaimRow] = []
-    for name, claim, source in demo_dra.step_pods(NAMESPACE, selector):
-        row = place_claim_pod(demo, node_json, demo_dra.claim_pod(name, NAMESPACE, source), claim)
-        if row is None:
-            return
-        rows.append(row)
-    domains = demo_dra.node_domains(dra_objects(cluster), node_json)
-    say("the devices gpu-scheduler wrote into each claim's status.allocation, their NVLink "
-        "domain, and what kube-scheduler's first fit (the allocator in upstream's device order) "
-        "would have taken at the same moment:")  # fmt: skip
-    say(demo_dra.claim_table(rows, domains))
-    say(f"dra: {demo_dra.claim_summary(rows[-1].claim_json)}")
+    """The DRA step (`hack.demo_dra_step`): on the real node with --in-cluster, else on a kwok
+    node of its own."""
+    demo_dra_step.run(demo.cluster, demo.stop)
     say()
 
 
@@ -926,20 +804,11 @@ def borrowing_job(job: dict[str, Any]) -> dict[str, Any]:
     return borrowing
 
 
-def _json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
-    result = cluster.kubectl(*args, "-o", "json", check=False)
-    try:
-        found: dict[str, Any] = json.loads(result.stdout) if result.returncode == 0 else {}
-    except ValueError:
-        return {}
-    return found
-
-
 def workload_condition(
     cluster: LocalCluster, namespace: str, job: str, kind: str
 ) -> dict[str, Any]:
     """Condition `kind` of the Workload Kueue made for Job `job` ({} when absent)."""
-    listed = _json(cluster, "get", f"workloads.{KUEUE_GROUP}", "-n", namespace)
+    listed = get_json(cluster, "get", f"workloads.{KUEUE_GROUP}", "-n", namespace)
     for item in listed.get("items", []):
         owners = item["metadata"].get("ownerReferences") or ()
         if any(o.get("kind") == "Job" and o.get("name") == job for o in owners):
@@ -972,7 +841,7 @@ def all_bound(cluster: LocalCluster, namespace: str, job: str, count: int) -> bo
 
 def borrowed_gpus(cluster: LocalCluster, queue: str) -> str:
     """GPUs ClusterQueue `queue` borrows from its cohort now, from its status ("0" when none)."""
-    status = _json(cluster, "get", f"clusterqueues.{KUEUE_GROUP}", queue).get("status") or {}
+    status = get_json(cluster, "get", f"clusterqueues.{KUEUE_GROUP}", queue).get("status") or {}
     for flavor in status.get("flavorsUsage") or ():
         for resource in flavor.get("resources") or ():
             if resource.get("name") == "nvidia.com/gpu":
@@ -1001,13 +870,13 @@ def kueue(demo: Demo) -> None:
         f"{KUEUE_NODE.nvlink_domains}) and applied the {shown(KUEUE_DOC)} recipe, its flavor "
         f"pointed at that node: {LENDER} and {BORROWER} own 4 GPUs each in one cohort, "
         f"{BORROWER} may borrow 4, {LENDER} takes lent quota back:")  # fmt: skip
-    _apply(demo, "kueue-recipe.yaml", [*namespaces, *objects])
+    apply_objects(demo.cluster, "kueue-recipe.yaml", [*namespaces, *objects])
     if not poll(
         lambda: demo.stop()
         or all(
             any(
                 c.get("type") == "Active" and c.get("status") == "True"
-                for c in (_json(cluster, "get", f"clusterqueues.{KUEUE_GROUP}", q).get("status")
+                for c in (get_json(cluster, "get", f"clusterqueues.{KUEUE_GROUP}", q).get("status")
                           or {}).get("conditions") or ()
             )
             for q in (LENDER, BORROWER)
@@ -1021,7 +890,7 @@ def kueue(demo: Demo) -> None:
     total = BORROWING_PODS * BORROWING_GPUS
     say(f"{BORROWER} submits {BORROWING_JOB}: {BORROWING_PODS} x {BORROWING_GPUS} GPUs = {total}, "
         f"4 beyond its quota, while {LENDER} is idle:")  # fmt: skip
-    _apply(demo, "kueue-borrow.yaml", [borrowing_job(job)])
+    apply_objects(demo.cluster, "kueue-borrow.yaml", [borrowing_job(job)])
     bound = poll(
         lambda: demo.stop() or all_bound(cluster, BORROWER, BORROWING_JOB, BORROWING_PODS),
         KUEUE_TIMEOUT_SECONDS,
@@ -1044,7 +913,7 @@ def kueue(demo: Demo) -> None:
     each = container["resources"]["requests"]["nvidia.com/gpu"]
     say(f"{LENDER} submits {LENDING_JOB} (the recipe's Job: {count} x {each} GPUs), within its own "
         "quota, which is lent out:")  # fmt: skip
-    _apply(demo, "kueue-train.yaml", [job])
+    apply_objects(demo.cluster, "kueue-train.yaml", [job])
     preempted = poll(
         lambda: (
             demo.stop()

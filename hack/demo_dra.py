@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hack.localcluster.dra import DRIVER, GPU_CLASS
+from hack.localcluster.dradriver import DEVICE_CLASS, claim_env_name
 from hack.localcluster.nodes import DRA, NodeSpec
+from hack.localcluster.realnode import PROBE_IMAGE, REAL_NODE_LABEL
 from scheduler.dra.allocator import Allocator
 from scheduler.dra.cel import CelSelectors
 from scheduler.dra.domains import device_domains
@@ -59,6 +61,8 @@ PAIR, PAIR_GPUS = "dra-pair", 2
 QUAD, QUAD_GPUS = "dra-quad", 4
 POD_CLAIM = "gpus"
 """The name of the claim entry in each pod's spec.resourceClaims."""
+REQUEST = "gpu"
+"""The name of the one request of each claim."""
 TABLE_HEADER = ("POD", "NODE", "CLAIM", "DEVICES", "DOMAIN", "FIRST FIT", "FIRST FIT DOMAIN")
 """DEVICES: the claim's status.allocation; FIRST FIT: kube-scheduler's order (`first_fit`)."""
 NO_DEVICES = "-"
@@ -82,12 +86,17 @@ def step_pods(namespace: str, selector: str) -> list[tuple[str, Json, Mapping[st
     return pods
 
 
-def gpu_request(count: int, selector: str = "") -> Json:
-    """A claim spec asking for `count` GPUs of the `gpu.nvidia.com` class (and `selector`)."""
-    exactly: Json = {"deviceClassName": GPU_CLASS, "allocationMode": "ExactCount", "count": count}
+def gpu_request(count: int, selector: str = "", device_class: str = GPU_CLASS) -> Json:
+    """A claim spec asking for `count` GPUs of `device_class` (the `gpu.nvidia.com` class of
+    the kwok DRA nodes unless given) and `selector`, in one request named `REQUEST`."""
+    exactly: Json = {
+        "deviceClassName": device_class,
+        "allocationMode": "ExactCount",
+        "count": count,
+    }
     if selector:
         exactly["selectors"] = [{"cel": {"expression": selector}}]
-    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+    return {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}
 
 
 def uuid_selector(uuid: str) -> str:
@@ -113,13 +122,13 @@ def resource_claim(name: str, namespace: str, spec: Json) -> Json:
     }
 
 
-def claim_template(namespace: str, gpus: int) -> Json:
-    """The ResourceClaimTemplate `template_name(gpus)`: `gpus` GPUs of the GPU class."""
+def claim_template(namespace: str, gpus: int, device_class: str = GPU_CLASS) -> Json:
+    """The ResourceClaimTemplate `template_name(gpus)`: `gpus` GPUs of `device_class`."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": template_name(gpus), "namespace": namespace},
-        "spec": {"spec": gpu_request(gpus)},
+        "spec": {"spec": gpu_request(gpus, device_class=device_class)},
     }
 
 
@@ -175,16 +184,37 @@ def first_fit(
     given the DRA objects `objects` (devices of their allocated claims are in use): the
     allocator without a domain map, which tries devices in upstream's order. None when the
     claim does not fit there."""
+    return _allocate(objects, node, claim, nvlink=False)
+
+
+def nvlink_fit(
+    objects: Iterable[Mapping[str, Any]], node: Mapping[str, Any], claim: Mapping[str, Any]
+) -> tuple[str, ...] | None:
+    """As `first_fit`, with the node's domain map (`node_domains`) given to the allocator: the
+    NVLink-aware order gpu-scheduler's DynamicResources allocates in."""
+    return _allocate(objects, node, claim, nvlink=True)
+
+
+def _allocate(
+    objects: Iterable[Mapping[str, Any]],
+    node: Mapping[str, Any],
+    claim: Mapping[str, Any],
+    nvlink: bool,
+) -> tuple[str, ...] | None:
+    objects = list(objects)
     store = dra_store(objects)
     name = str(node["metadata"]["name"])
     labels = _labels(node)
+    pools = store.pools_for(name, labels)
+    annotations = dict((node.get("metadata") or {}).get("annotations") or {})
+    domains = device_domains(annotations, pools).domain_of if nvlink else None
     allocator = Allocator(store.classes, store.in_use(), CelSelectors())
     outcome = allocator.allocate(
         name,
         labels,
-        store.pools_for(name, labels),
+        pools,
         [parse_resource_claim(claim)],
-        None,
+        domains,
         store.slices_for(name, labels),
     )
     if outcome.allocations is None:
@@ -282,3 +312,71 @@ def claim_summary(claim: Mapping[str, Any]) -> str:
         f"{','.join(allocated_devices(claim)) or '-'} ({'; '.join(pools) or '-'}; nodeSelector "
         f"{selector or '-'}) with status.reservedFor {','.join(reserved) or '-'}"
     )
+
+
+# -- on the real node (`make demo ARGS=--in-cluster`) -------------------------------------------
+
+REAL_PAIR = PAIR
+"""The real node's pod of `PAIR_GPUS` devices (beside `HOLDER`, which takes one)."""
+
+
+def real_node_pods(namespace: str) -> list[tuple[str, Json, Mapping[str, str]]]:
+    """(pod, claim, claim source) of the step on the real node, in their order: `HOLDER` with
+    a claim of its own for one device of the real node's driver (`dradriver.DEVICE_CLASS`; the
+    test driver's devices carry no attribute to select one by, so gpu-scheduler picks it), then
+    `REAL_PAIR` with the template `template_name(PAIR_GPUS)` of that class (its claim here is
+    the template's spec, for `first_fit`)."""
+    holder = resource_claim(HOLDER, namespace, gpu_request(1, device_class=DEVICE_CLASS))
+    pair = resource_claim(
+        f"{REAL_PAIR}-{POD_CLAIM}",
+        namespace,
+        gpu_request(PAIR_GPUS, device_class=DEVICE_CLASS),
+    )
+    return [
+        (HOLDER, holder, {"resourceClaimName": HOLDER}),
+        (REAL_PAIR, pair, {"resourceClaimTemplateName": template_name(PAIR_GPUS)}),
+    ]
+
+
+def probe_pod(name: str, namespace: str, source: Mapping[str, str]) -> Json:
+    """A gpu-scheduler pod for the real node using one claim (`source` as in `claim_pod`),
+    running the probe image's `-env` mode: it prints its environment, where the test driver's
+    CDI spec put `claim_<claim>_<request>=true` for each claim kubelet prepared for it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {STEP_LABEL: STEP}},
+        "spec": {
+            "schedulerName": "gpu-scheduler",
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {REAL_NODE_LABEL: "true"},
+            "resourceClaims": [{"name": POD_CLAIM, **source}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": PROBE_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "args": ["-env"],
+                    "resources": {"claims": [{"name": POD_CLAIM}]},
+                }
+            ],
+        },
+    }
+
+
+def claim_variables(log: str) -> tuple[str, ...]:
+    """The `claim_*` lines of the environment a probe pod printed (`log`), sorted."""
+    return tuple(sorted(line for line in log.splitlines() if line.startswith("claim_")))
+
+
+def expected_variable(claim: str) -> str:
+    """The variable the test driver sets for a container given `claim` (its one request)."""
+    return f"{claim_env_name(claim, REQUEST)}=true"
+
+
+def domains_text(domains: Mapping[str, int]) -> str:
+    """The domains of a node's devices, e.g. `device-00,device-01 | device-02,device-03`."""
+    members: dict[int, list[str]] = {}
+    for device, domain in sorted(domains.items()):
+        members.setdefault(domain, []).append(device)
+    return " | ".join(",".join(names) for _, names in sorted(members.items())) or NO_DEVICES

@@ -10,6 +10,17 @@ The program is `k8s.io/kubernetes/test/e2e/dra/test-driver` of the pinned Kubern
 DRA socket under `<kubelet root>/plugins/<driver name>`, and publishes one ResourceSlice for the
 node: pool `<node name>`, `NUM_DEVICES` devices `device-00`, `device-01`, ... without attributes.
 
+Its driver name (`--drivername`, `DRIVER_NAME`) is NVIDIA's, `gpu.nvidia.com`: gpu-scheduler maps
+only that driver's whole GPUs to NVLink domains (`scheduler.dra.domains`), so under this name the
+real node's devices have domains as a GPU node's do. Having no UUID or PCI bus ID attribute and
+not being named `gpu-N`, they are named by neither domain annotation; they get the default layout
+for their count (`topology.domains.default_domains`: for 4, the pairs `device-00,device-01` and
+`device-02,device-03`). Its DeviceClass `DEVICE_CLASS` selects every device of the driver, the
+GPUs of kwok DRA nodes in the same cluster too: pods asking for it pick the real node by its label
+(`realnode.REAL_NODE_LABEL`). The kwok nodes' class `gpu.nvidia.com` (with `extendedResourceName
+nvidia.com/gpu`) asks for the `type` attribute, which the test driver does not publish, so the real
+node's devices never serve `nvidia.com/gpu`.
+
 For each claim kubelet prepares, it writes one CDI spec per request of the claim into the CDI
 folder (the one containerd 2 reads, `containerd.RuntimeFolders.cdi_specs`), whose only edit is
 environment variables (`app/kubeletplugin.go`, nodePrepareResource): `claim_<claim>_<request>=true`
@@ -35,12 +46,14 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from hack.localcluster.dra import DRIVER
 from hack.localcluster.processes import ProcessGroup
 
 if TYPE_CHECKING:
     from hack.localcluster.cluster import LocalCluster
 
-DRIVER_NAME = "test-driver.cdi.k8s.io"
+DRIVER_NAME = DRIVER
+"""The name the test driver registers and publishes under (see the module docstring)."""
 DEVICE_CLASS = "real-node-test-driver"
 NUM_DEVICES = 4
 READY_TIMEOUT_S = 60.0

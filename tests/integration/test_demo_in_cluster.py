@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from hack.demo import READY_LINE, STEPS
+from hack.demo_dra import HOLDER, REAL_PAIR, expected_variable
 from hack.localcluster.binaries import ensure_binaries
 from hack.localcluster.cluster import REPO_ROOT
 from tests.integration.test_demo import (
+    after,
     check_busy_time,
-    check_dra,
     check_gang,
     check_placement,
     check_reclaim,
@@ -26,6 +27,43 @@ from tests.integration.test_demo import (
 from tests.integration.test_image import require_tools
 
 pytestmark = pytest.mark.real_node
+
+
+def check_dra_on_the_real_node(lines: list[str]) -> None:
+    """On the real node's 4 devices (two NVLink domains of two), the holder gets device-00 (first
+    fit too); the 2-device pod gets device-02,device-03, one domain, where first fit would have
+    taken device-01,device-02 across both; each pod runs, its container's environment holds the
+    driver's variable of its own claim, and kubelet prepared exactly the claim's devices; the
+    pair's claim carries the finalizer, the allocation and the reservation."""
+    section = after(lines, "step 5, dra: ")
+    assert section[0].startswith("on the real node real-node: kubelet with Kubernetes' DRA test "
+                                 "driver as its plugin, publishing 4 devices of driver "
+                                 "gpu.nvidia.com (pool real-node, "), section[:3]  # fmt: skip
+    assert "NVLink domains for them: device-00,device-01 | device-02,device-03 " in section[0]
+    table = after(section, "the devices gpu-scheduler wrote into each claim's status.allocation")
+    assert table[0].split() == ["POD", "NODE", "CLAIM", "DEVICES", "DOMAIN", "FIRST", "FIT",
+                                "FIRST", "FIT", "DOMAIN"]  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in table[1:3]}
+    assert rows[HOLDER] == [HOLDER, "real-node", HOLDER, "device-00", "0", "device-00", "0"]
+    pair = rows[REAL_PAIR]
+    claim = pair[2]
+    assert pair[1] == "real-node" and claim.startswith(f"{REAL_PAIR}-gpus-"), table
+    # gpu-scheduler: both devices in one domain; first fit: a different pair across both.
+    assert pair[3:5] == ["device-02,device-03", "1"], table
+    assert pair[5:] == ["device-01,device-02", "spans", "0,1"], table
+    assert table[3] == (
+        f"dra: {HOLDER} runs on real-node; its container's claim variables: "
+        f"{expected_variable(HOLDER)}; kubelet prepared device-00 for claim {HOLDER}"
+    ), table
+    assert table[4] == (
+        f"dra: {REAL_PAIR} runs on real-node; its container's claim variables: "
+        f"{expected_variable(claim)}; kubelet prepared device-02,device-03 for claim {claim}"
+    ), table
+    assert table[5].startswith(f"dra: claim {claim}: metadata.finalizers "
+                               "resource.kubernetes.io/delete-protection, then status.allocation "
+                               "device-02,device-03 (pool real-node of driver gpu.nvidia.com; "
+                               "nodeSelector metadata.name In real-node) with status.reservedFor "
+                               f"pods/{REAL_PAIR}"), table[5]  # fmt: skip
 
 
 def test_the_demo_runs_its_steps_with_the_scheduler_in_the_cluster(tmp_path: Path) -> None:
@@ -47,7 +85,7 @@ def test_the_demo_runs_its_steps_with_the_scheduler_in_the_cluster(tmp_path: Pat
         check_reclaim(lines)
         check_busy_time(lines)
         check_gang(lines)
-        check_dra(lines)
+        check_dra_on_the_real_node(lines)
         # The binding came from the Deployment's pods, not from a process on the host.
         pods = subprocess.run(
             [

@@ -1,4 +1,8 @@
-"""The RBAC in manifests/ is enough for the scheduler: run it with that ServiceAccount's token."""
+"""The RBAC in manifests/ is enough for the scheduler: run it with that ServiceAccount's token,
+binding plain GPU pods (with leader election, conditions and events) and a pod with a DRA claim
+(the claim writes of PreBind). The extended-resource claims (create, delete, pods/status) are
+checked with the same RBAC in test_dra_extended.py, the fenced claim writes in
+test_dra_guard.py."""
 
 from __future__ import annotations
 
@@ -6,12 +10,22 @@ import asyncio
 import base64
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes_asyncio import client
 
-from hack.localcluster import G2, LocalCluster
+from hack.localcluster import D8, G2, LocalCluster
 from hack.localcluster.cluster import REPO_ROOT
+from scheduler.model.claims import DELETE_PROTECTION_FINALIZER
+from tests.dra_objects import claim_template
+from tests.integration.test_dra_allocation import (
+    allocated_devices,
+    claim_json,
+    dra_pod,
+    gpus,
+    template_claim_name,
+)
 from tests.kube import eventually
 from tests.scheduling import (
     isolated,
@@ -127,3 +141,36 @@ async def test_scheduler_runs_with_the_manifest_rbac(
         "gpu-scheduler", namespace
     )
     assert lease.spec.lease_duration_seconds in (1, 4)  # released on stop, or still held
+
+
+async def test_the_manifest_rbac_covers_the_dra_writes(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """DynamicResources' PreBind with the manifests' RBAC: a pod's claim (made by the
+    resourceclaim controller from a template) gets the delete-protection finalizer (patch of
+    resourceclaims), its allocation and reservation (patch of resourceclaims/status and
+    resourceclaims/binding), and the pod is bound; the scheduler read the claims, slices and
+    classes through its informers (list, watch). No write was refused."""
+    api = core_api.api_client
+    kubeconfig = await scheduler_kubeconfig(
+        cluster, core_api, namespace, rbac_documents(namespace), tmp_path
+    )
+    [node] = await make_nodes(core_api, [isolated(D8, namespace)])
+    resource: Any = client.ResourceV1Api(api)
+    await resource.create_namespaced_resource_claim_template(
+        namespace, claim_template("two-gpus", namespace, gpus(2))
+    )
+    async with running_daemon(cluster, settings_for(namespace), kubeconfig):
+        pod = dra_pod(
+            namespace, "trainer", [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
+        )
+        await core_api.create_namespaced_pod(namespace, pod)
+        bound = await wait_bound(core_api, namespace, "trainer")
+        claim_name = await template_claim_name(core_api, namespace, "trainer")
+        devices = await allocated_devices(api, namespace, claim_name)
+        claim = await claim_json(api, namespace, claim_name)
+    assert bound["spec"]["nodeName"] == node
+    assert len(devices) == 2
+    assert DELETE_PROTECTION_FINALIZER in claim["metadata"]["finalizers"]
+    reserved = claim["status"]["reservedFor"]
+    assert [(r["name"], r["uid"]) for r in reserved] == [("trainer", bound["metadata"]["uid"])]

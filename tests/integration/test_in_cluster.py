@@ -3,12 +3,15 @@
 The offline image (`hack/image`) is imported into the real node's containerd and `manifests/` is
 applied through an overlay that only names that image (`imagePullPolicy: Never`), pins the pods
 to the real node and generates the ConfigMap as docs/operations.md installs it, its name ending
-in a hash of its content (`hack/localcluster/incluster.py`). Then,
-in order: both replicas Ready and one leader; GPU pods bound onto kwok nodes from inside the
-cluster with the shipped ServiceAccount; both pods scraped by the cluster's Prometheus; the
-hardening seen on the host's view of the container processes (uid, capabilities, no new
-privileges, read-only root, RSS under the memory limit); a ConfigMap change rolls the Deployment
-while pods are created, none bound twice; deleting the leader hands over to the other replica.
+in a hash of its content (`hack/localcluster/incluster.py`). Then, in order: both replicas Ready
+and one leader; GPU pods bound onto kwok nodes from inside the cluster with the shipped
+ServiceAccount; a pod with a DRA claim template scheduled by the Deployment runs on the real node
+with the devices it allocated (kubelet prepares them through the node's DRA test driver), and its
+claim is deallocated once it is deleted; the mutating webhook served through its Service; both
+pods scraped by the cluster's Prometheus; the hardening seen on the host's view of the container
+processes (uid, capabilities, no new privileges, read-only root, RSS under the memory limit); a
+ConfigMap change rolls the Deployment while pods are created, none bound twice; deleting the
+leader hands over to the other replica.
 
 Tests of this module share one cluster and run in file order (each leaves the Deployment Ready).
 """
@@ -34,6 +37,7 @@ from kubernetes_asyncio import client, config
 from hack.image import IMAGE_NAME
 from hack.localcluster import LocalCluster
 from hack.localcluster.cluster import REPO_ROOT
+from hack.localcluster.dradriver import claim_env_name
 from hack.localcluster.incluster import (
     CONFIG_MAP,
     NAMESPACE,
@@ -46,9 +50,23 @@ from hack.localcluster.incluster import (
     write_overlay,
 )
 from hack.localcluster.nodes import G2, create_nodes, wait_nodes_ready
+from scheduler.kube.client import api_client_for
+from scheduler.model.claims import DELETE_PROTECTION_FINALIZER
 from tests.conftest import announce
+from tests.dra_objects import claim_template
 from tests.integration.test_image import require_tools
-from tests.kube import gpu_pod
+from tests.kube import eventually, gpu_pod
+from tests.real_node_dra import (
+    POD_TIMEOUT_S,
+    allocation,
+    claim_json,
+    claim_names,
+    claim_variables,
+    devices,
+    env_pod,
+    prepared,
+    running,
+)
 
 pytestmark = pytest.mark.real_node
 
@@ -246,6 +264,78 @@ def test_binds_gpu_pods_onto_kwok_nodes_from_inside_the_cluster(
     log = cluster.kubectl("logs", "-n", NAMESPACE, holder).stdout
     assert "Traceback" not in log
     delete_work(cluster)
+
+
+async def test_a_dra_pod_runs_on_the_real_node_with_the_devices_the_deployment_allocated(
+    real_node_cluster: LocalCluster, deployed: Deployed
+) -> None:
+    """A pod with a claim template for two devices of the real node's DRA driver, scheduled by
+    the Deployment (schedulerName gpu-scheduler, the shipped ServiceAccount's RBAC), runs on the
+    real node. Its container's environment holds the driver's variable of its claim and no other;
+    kubelet prepared exactly the devices of the claim's allocation, which lie in one NVLink
+    domain of the node (gpu-scheduler's default layout for its 4 devices, two pairs); the claim
+    carries the delete-protection finalizer and is reserved for the pod alone. Deleting the pod
+    deallocates the claim (the resourceclaim controller removes the finalizer and deletes it) and
+    kubelet unprepares it."""
+    cluster = real_node_cluster
+    assert cluster.real_node is not None and cluster.real_node.dra_driver is not None
+    driver = cluster.real_node.dra_driver
+    namespace, name = WORKLOAD_NAMESPACE, "dra-pair"
+    started = time.monotonic()
+    api = await api_client_for(str(cluster.kubeconfig))
+    try:
+        # Typed Any: these calls take plain manifests, which the client serializes as they are.
+        core: Any = client.CoreV1Api(api)
+        resource: Any = client.ResourceV1Api(api)
+        await resource.create_namespaced_resource_claim_template(
+            namespace, claim_template("pair", namespace, devices(2))
+        )
+        entry = [{"name": "gpus", "resourceClaimTemplateName": "pair"}]
+        pod = env_pod(namespace, name, entry, scheduler="gpu-scheduler")
+        await core.create_namespaced_pod(namespace, pod)
+        ran = await running(api, namespace, name)
+        TIMINGS["DRA pod created to Running"] = time.monotonic() - started
+        claim = (await claim_names(api, namespace, name))["gpus"]
+        body = await claim_json(api, namespace, claim)
+        allocated = await allocation(api, namespace, claim)
+        variables = await claim_variables(api, namespace, name)
+        kubelet = prepared(driver, namespace, claim)
+
+        await core.delete_namespaced_pod(name, namespace, grace_period_seconds=1)
+
+        async def deallocated() -> bool:
+            claims = await resource.list_namespaced_resource_claim(namespace)
+            return claim not in {c.metadata.name for c in claims.items}
+
+        await eventually(deallocated, timeout=POD_TIMEOUT_S, what=f"claim {claim} deallocated")
+        await eventually(
+            lambda: asyncio.to_thread(lambda: not prepared(driver, namespace, claim)),
+            what=f"kubelet unprepared {claim}",
+        )
+        await resource.delete_namespaced_resource_claim_template("pair", namespace)
+    finally:
+        await api.close()
+    node = cluster.real_node.name
+    assert ran["spec"]["nodeName"] == node
+    assert variables == {f"{claim_env_name(claim, 'devices')}=true"}
+    assert len(allocated) == 2 and kubelet == sorted(allocated)
+    assert {pool for pool, _ in allocated} == {node}
+    pairs = ({"device-00", "device-01"}, {"device-02", "device-03"})
+    assert {device for _, device in allocated} in pairs, allocated
+    assert DELETE_PROTECTION_FINALIZER in body["metadata"]["finalizers"]
+    reserved = body["status"]["reservedFor"]
+    assert [(r["resource"], r["name"], r["uid"]) for r in reserved] == [
+        ("pods", name, ran["metadata"]["uid"])
+    ]
+    # Bound by the Lease holder (Scheduled events name the replica that bound the pod).
+    holder = leader(cluster)
+    events = get_json(cluster, "events", "-n", namespace)["items"]
+    scheduled = [
+        e for e in events if e["reason"] == "Scheduled" and e["involvedObject"]["name"] == name
+    ]
+    assert len(scheduled) == 1, scheduled
+    event = scheduled[0]
+    assert (event.get("reportingInstance") or event["source"].get("host", "")) in {holder, ""}
 
 
 def test_the_mutating_webhook_is_served_through_its_service(
