@@ -8,9 +8,9 @@ Here the same answer is derived from the API objects:
 1. The GPUs of a node are the devices of driver ``gpu.nvidia.com`` in the ResourceSlices
    published for it (``spec.nodeName``); a node with N of them has GPUs 0..N-1, GPU i having the
    fake exporter's UUID ``gpu_uuid(node, i)`` (as ``hack.localcluster.dra`` publishes them).
-2. A device is that node's GPU i when its ``uuid`` attribute is GPU i's UUID (dcgm-exporter's
-   match); a device without a ``uuid`` attribute is GPU i by its ``index`` (or ``minor``) int
-   attribute, else by its name ``gpu-<i>``.
+2. A device is that node's GPU i when its ``uuid`` attribute (bare or ``gpu.nvidia.com/uuid``)
+   is GPU i's UUID (dcgm-exporter's match); a device without a ``uuid`` attribute is GPU i by its
+   ``index`` (or ``minor``) int attribute, else by its name ``gpu-<i>``.
 3. A bound, unfinished pod's claims are the names its ``spec.resourceClaims`` resolve to
    (``resourceClaimName``, or for a template the entry of ``status.resourceClaimStatuses``, as
    ``resourceclaim.Name`` of k8s.io/dynamic-resource-allocation@v0.37.2 does) plus
@@ -82,14 +82,21 @@ def _text(obj: Any) -> str:
     return obj if isinstance(obj, str) else ""
 
 
+def _attribute(device: Json, name: str, kind: str) -> Any:
+    """Attribute `name` of the device, written bare or qualified by the driver's domain."""
+    attributes = _dig(device, "attributes")
+    value = _dig(attributes, name, kind)
+    return value if value is not None else _dig(attributes, f"{GPU_DRIVER}/{name}", kind)
+
+
 def _int_attribute(device: Json, name: str) -> int | None:
-    value = _dig(device, "attributes", name, "int")
+    value = _attribute(device, name, "int")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _device_index(node: str, device: Json, count: int) -> int | None:
     """Rule 2: the node's GPU index of a published device, None when none matches."""
-    uuid = _dig(device, "attributes", "uuid", "string")
+    uuid = _attribute(device, "uuid", "string")
     if isinstance(uuid, str):
         return next((i for i in range(count) if gpu_uuid(node, i) == uuid), None)
     index = _int_attribute(device, "index")
