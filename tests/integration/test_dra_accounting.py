@@ -4,11 +4,13 @@ through DRA only), one scripted at 0 % and one at 100 %. The fake dcgm-exporter 
 claim's allocated devices to its pod (the series' UUIDs are the claim's devices' UUIDs), the
 scheduler's reclaim path (`Reclaimer.eligible`, then `Reclaimer.measure`) finds the 0 % pod idle
 and the 100 % pod busy, each holding two GPUs, and one accounting period counts both pods'
-devices x time as allocated, the 100 % pod's as busy."""
+devices x time as allocated, the 100 % pod's as busy; `idle-report` lists the 0 % pod with its
+two GPUs."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +23,7 @@ from hack.localcluster import D8, LocalCluster
 from hack.localcluster.dra import DRIVER
 from scheduler.model.objects import parse_pod
 from tests.dra_objects import claim_spec, claim_template, exact, request
+from tests.integration.test_busy_time import cli
 from tests.integration.test_dra_allocation import (
     allocated_devices,
     dra_pod,
@@ -49,7 +52,7 @@ async def reclaimable(api_client: client.ApiClient, namespace: str) -> AsyncIter
         POLICY + "resource-idle-seconds": str(WINDOW_S),
         POLICY + "resource-idle-usage-threshold": "10",
     }
-    scheduling = client.SchedulingV1Api(api_client)
+    scheduling: Any = client.SchedulingV1Api(api_client)  # takes plain JSON bodies
     await scheduling.create_priority_class(
         {"metadata": {"name": name, "annotations": annotations}, "value": 100}
     )
@@ -83,11 +86,13 @@ async def test_dra_pods_are_attributed_judged_and_accounted_by_their_devices(
     cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str, reclaimable: str
 ) -> None:
     assert cluster.prometheus_url is not None and cluster.dcgm_url is not None
-    api = core_api.api_client
+    core: Any = core_api  # takes plain JSON bodies
+    api = core.api_client
     [node] = await make_nodes(core_api, [isolated(D8, namespace)])
     ids = await uuids(api, node)
     spec = claim_spec(request("gpus", exact(DRIVER, count=2)))
-    await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
+    resource: Any = client.ResourceV1Api(api)
+    await resource.create_namespaced_resource_claim_template(
         namespace, claim_template("two-gpus", namespace, spec)
     )
     settings = settings_for(
@@ -105,7 +110,7 @@ async def test_dra_pods_are_attributed_judged_and_accounted_by_their_devices(
     )
     async with running_daemon(cluster, settings) as daemon:
         for name in PODS:
-            await core_api.create_namespaced_pod(namespace, _pod(namespace, name, reclaimable))
+            await core.create_namespaced_pod(namespace, _pod(namespace, name, reclaimable))
         devices: dict[str, list[str]] = {}
         for name in PODS:
             assert (await wait_bound(core_api, namespace, name))["spec"]["nodeName"] == node
@@ -158,3 +163,18 @@ async def test_dra_pods_are_attributed_judged_and_accounted_by_their_devices(
     assert increments.busy_s[group] == pytest.approx(2 * PERIOD_S, rel=0.1)
     assert increments.idle_gpus[namespace] == 2
     assert [key[1] for key in increments.idle_pods] == ["idle"]
+
+    # idle-report counts the idle pod's GPUs by its claim's devices too.
+    window = ("--idle-window", str(WINDOW_S), "--threshold", "10")
+    code, out, err = await cli(
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--prometheus-url",
+        cluster.prometheus_url,
+        *window,
+        "-o",
+        "json",
+    )
+    assert (code, err) == (0, "")
+    rows = [row for row in json.loads(out) if row["namespace"] == namespace]
+    assert [(row["pod"], row["node"], row["gpus"]) for row in rows] == [("idle", node, 2)]
