@@ -6,7 +6,11 @@ that each pod scripts in its annotations. Prometheus scrapes it like the real ex
 scheduler's reclaim logic is exercised end to end without GPUs.
 
 Fake GPU nodes are Nodes annotated ``kwok.x-k8s.io/node: fake`` whose capacity has
-``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``.
+``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``, or whose ResourceSlices publish GPUs of driver
+``gpu.nvidia.com`` (Dynamic Resource Allocation). A DRA pod holds the GPUs of the allocated
+devices of its ResourceClaims reserved for it, matched to the node's GPUs by UUID as
+dcgm-exporter matches what the kubelet's pod-resources API reports (see
+:mod:`hack.fake_dcgm.dra_holders`).
 
 Annotation contract
 -------------------
@@ -43,8 +47,9 @@ Node annotations:
 
 The node label ``nvidia.com/gpu.product`` selects the model name and power model.
 
-Modules, bottom up: ``trace`` (CSV), ``usage`` (shapes), ``power`` (power models), ``holders``
-(who holds which GPU), ``model`` (readings and exact energy), ``render`` (exposition text) -- all
+Modules, bottom up: ``trace`` (CSV), ``usage`` (shapes), ``power`` (power models),
+``identity`` (GPU UUIDs), ``dra_holders`` (GPUs held through claims), ``holders`` (who holds which
+GPU), ``model`` (readings and exact energy), ``render`` (exposition text) -- all
 pure, time passed in -- then ``exporter`` (state), ``source`` (API listing), ``app`` (HTTP and
 background tasks), ``server`` (start/stop) and ``__main__`` (command line).
 """

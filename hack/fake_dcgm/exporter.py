@@ -37,14 +37,24 @@ class Exporter:
     def fleet(self) -> Fleet:
         return self._fleet
 
-    def update(self, nodes: Iterable[Json], pods: Iterable[Json], now: float) -> list[str]:
-        """Adopt a new view of fake GPU nodes and pods at ``now``.
+    def update(
+        self,
+        nodes: Iterable[Json],
+        pods: Iterable[Json],
+        now: float,
+        claims: Iterable[Json] = (),
+        slices: Iterable[Json] = (),
+    ) -> list[str]:
+        """Adopt a new view of fake GPU nodes, pods, ResourceClaims and ResourceSlices at
+        ``now``.
 
-        Returns the problems (bad annotations, pods that do not fit) not already returned by the
-        previous update, so the caller logs each once while it persists.
+        Returns the problems (bad annotations, pods that do not fit, claims or devices not found)
+        not already returned by the previous update, so the caller logs each once while it
+        persists.
         """
         self._meter.advance(self._fleet.gpus, now)
-        self._fleet = build_fleet(assign(nodes, pods), self._trace, self._profiling)
+        assignment = assign(nodes, pods, claims, slices)
+        self._fleet = build_fleet(assignment, self._trace, self._profiling)
         self._meter.advance(self._fleet.gpus, now)
         self.updates += 1
         new = [p for p in self._fleet.problems if p not in self._reported]

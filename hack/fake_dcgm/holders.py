@@ -18,6 +18,13 @@ Whole GPUs, per node:
 Only bound pods (``spec.nodeName``) that have not finished (phase not Succeeded / Failed) hold
 anything. The ``container`` of a holder is the first container asking for the resource.
 
+DRA (:mod:`hack.fake_dcgm.dra_holders`): a kwok node without ``nvidia.com/gpu`` capacity whose
+ResourceSlices publish N devices of driver ``gpu.nvidia.com`` has whole GPUs 0..N-1; there the
+rules above do not apply (an ``nvidia.com/gpu`` request is an extended resource served through
+the pod's claim), and a pod holds exactly the GPUs of the allocated devices of its claims
+reserved for it. A node with ``nvidia.com/gpu`` capacity keeps the rules above, and the DRA
+GPUs its pods hold are added to the indices they name.
+
 MIG: capacity ``nvidia.com/mig-<profile>: N`` puts N instances of that profile on one physical
 GPU whose index is the node annotation ``fake-dcgm.gpu-scheduler.io/mig-gpu`` (default: the
 ``nvidia.com/gpu`` capacity, i.e. one GPU after the whole ones). Whole GPUs take the lowest
@@ -34,6 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from hack.fake_dcgm.dra_holders import DraHoldings, dra_holdings
 from hack.fake_dcgm.usage import FB_USED_ANNOTATION, USAGE_ANNOTATION
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -135,10 +143,13 @@ def _timestamp(value: Any) -> float | None:
         return None
 
 
-def is_fake_gpu_node(node: Json) -> bool:
-    """True for a kwok fake node (``kwok.x-k8s.io/node: fake``) with nonzero GPU or MIG capacity."""
+def is_fake_gpu_node(node: Json, dra_nodes: Iterable[str] = ()) -> bool:
+    """True for a kwok fake node (``kwok.x-k8s.io/node: fake``) with nonzero GPU or MIG capacity,
+    or among ``dra_nodes`` (those with GPUs published through DRA)."""
     if _str_map(_dig(node, "metadata", "annotations")).get(KWOK_ANNOTATION) != "fake":
         return False
+    if _dig(node, "metadata", "name") in set(dra_nodes):
+        return True
     capacity = _str_map(_dig(node, "status", "capacity"))
     return any(
         (k == GPU_RESOURCE or k.startswith(MIG_PREFIX)) and (_count(v) or 0) > 0
@@ -326,18 +337,39 @@ def _bound_pods(pods: Iterable[Json]) -> dict[str, list[Json]]:
     return by_node
 
 
-def assign(nodes: Iterable[Json], pods: Iterable[Json]) -> Assignment:
-    """Decide GPU and MIG holders on every node with GPU capacity (see module docstring)."""
-    problems: list[str] = []
+def _add_dra(name: str, held: dict[int, list[Holder]], dra: DraHoldings) -> None:
+    """The GPUs pods of node ``name`` hold through their claims, added to ``held``."""
+    for holding in dra.held:
+        if holding.node == name and holding.index in held:
+            holder = _holder(holding.pod, holding.container)
+            if holder not in held[holding.index]:
+                held[holding.index].append(holder)
+
+
+def assign(
+    nodes: Iterable[Json],
+    pods: Iterable[Json],
+    claims: Iterable[Json] = (),
+    slices: Iterable[Json] = (),
+) -> Assignment:
+    """Decide GPU and MIG holders on every node with GPU capacity or DRA GPUs (see module
+    docstring); ``claims`` and ``slices`` are ResourceClaims and ResourceSlices."""
+    pods = list(pods)
+    dra = dra_holdings(pods, claims, slices)
+    problems: list[str] = list(dra.problems)
     by_node = _bound_pods(pods)
     result: list[NodeGpus] = []
     for node in sorted(nodes, key=lambda n: str(_dig(n, "metadata", "name") or "")):
         name = str(_dig(node, "metadata", "name") or "")
         whole, mig_index, slots = _node_layout(node, problems)
+        node_pods = by_node.get(name, [])
+        device_plugin = bool(whole)
+        if not whole and dra.gpu_counts.get(name):
+            whole = list(range(dra.gpu_counts[name]))
         if not whole and mig_index is None:
             continue
-        node_pods = by_node.get(name, [])
-        held = _assign_whole(whole, node_pods, problems)
+        held = _assign_whole(whole, node_pods if device_plugin else [], problems)
+        _add_dra(name, held, dra)
         mig = _assign_mig(mig_index, slots, node_pods, problems) if mig_index is not None else []
         annotations = _str_map(_dig(node, "metadata", "annotations"))
         product = _str_map(_dig(node, "metadata", "labels")).get(PRODUCT_LABEL)

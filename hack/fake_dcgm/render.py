@@ -19,14 +19,13 @@ GR_ENGINE_ACTIVE series with GPU_I_PROFILE and GPU_I_ID, the other families stay
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hack.fake_dcgm.holders import Holder, MigInstance
+from hack.fake_dcgm.identity import gpu_uuid
 from hack.fake_dcgm.model import GpuKey, PhysicalGpu, Reading, mean_util
 
-UUID_NAMESPACE = uuid.UUID("6f1c2a52-3c1e-4d4b-9a43-5b0d6c1f7e21")
 DEFAULT_DRIVER_VERSION = "580.159.04"  # the H200 of tests/data/h200
 
 Labels = tuple[tuple[str, str], ...]
@@ -72,11 +71,6 @@ def format_value(value: float) -> str:
     if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))
-
-
-def gpu_uuid(node: str, index: int) -> str:
-    """A stable fake UUID for GPU ``index`` of ``node``."""
-    return f"GPU-{uuid.uuid5(UUID_NAMESPACE, f'{node}/{index}')}"
 
 
 KNOWN_MODEL_NAMES = {

@@ -27,7 +27,7 @@ versions, addressing mode. Not in the recordings and taken as NVML reports them:
 is NVML's name for the brand (`Nvidia`, go-nvlib `GetBrandAsString`), compute capability 9.0 for
 Hopper. Made up, in the style of an 8-GPU HGX board: PCI bus numbers (`BOARD_BUSES`), PCIe roots
 (two GPUs per root), NUMA nodes (the first half of the board on node 0). UUIDs are the fake
-dcgm-exporter's (`hack.fake_dcgm.render.gpu_uuid`: a UUIDv5 of `<node>/<index>`), so a metric's
+dcgm-exporter's (`hack.fake_dcgm.identity.gpu_uuid`: a UUIDv5 of `<node>/<index>`), so a metric's
 UUID names the same GPU as the slice's.
 
 The DeviceClass is the driver's Helm chart's (deployments/helm/dra-driver-nvidia-gpu/templates/
@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hack.fake_dcgm.render import gpu_uuid
+from hack.fake_dcgm.identity import gpu_uuid
 from topology.domains import parse_domains
 
 Json = dict[str, Any]

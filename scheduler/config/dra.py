@@ -46,6 +46,34 @@ def fully_qualified_attribute(value: object) -> str:
     )
 
 
+DRIVER_MAX_LENGTH = 63
+"""Longest driver name (`DriverNameMaxLength` of k8s.io/api@v0.37.2 resource/v1/types.go)."""
+DEFAULT_GPU_DRIVERS = ("gpu.nvidia.com",)
+
+
+def driver_names(value: object) -> tuple[str, ...]:
+    """A list of DRA driver names, each a DNS subdomain of at most 63 characters, lower case, as
+    the API server checks a slice's `spec.driver` (`validateDriverName` of k8s.io/kubernetes
+    @v1.37.2 pkg/apis/resource/validation/validation.go); duplicates dropped, order kept."""
+    if isinstance(value, (list, tuple)):
+        names: list[str] = []
+        for item in value:
+            if not (
+                isinstance(item, str)
+                and 0 < len(item) <= DRIVER_MAX_LENGTH
+                and _DNS_SUBDOMAIN_RE.fullmatch(item)
+            ):
+                raise Invalid(
+                    "each driver must be a DNS subdomain (lower-case letters, digits, '-' and "
+                    f"'.') of at most {DRIVER_MAX_LENGTH} characters, e.g. gpu.nvidia.com, got "
+                    f"{show(item)}"
+                )
+            if item not in names:
+                names.append(item)
+        return tuple(names)
+    raise Invalid(f"must be a list of DRA driver names, got {show(value)}")
+
+
 @dataclass(frozen=True, slots=True)
 class DraSettings:
     """Dynamic Resource Allocation."""
@@ -54,6 +82,10 @@ class DraSettings:
     """A device attribute whose equal values mark the devices of one NVLink domain (e.g. a
     Fabric Manager partition or clique attribute); "" reads the domains from the node's
     annotations or the default layout instead (see docs/topology.md)."""
+    gpu_drivers: tuple[str, ...] = field(default=DEFAULT_GPU_DRIVERS, metadata=reads(driver_names))
+    """DRA drivers whose allocated devices are GPUs: a pod holds one GPU per device (admin
+    access aside) of these drivers in its claims reserved for it, for idle reclaim, preemption
+    and GPU time accounting (see docs/reclaim.md#dra-gpus); [] counts no DRA device."""
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -87,7 +87,7 @@ def config_to_data(config: object) -> dict[str, object]:
     """`config` (any section of the tree) as a YAML-ready mapping with camelCase keys.
 
     The inverse of loading: `config_from_data(config_to_data(c))` equals `c`. Paths become
-    strings; every setting is present, defaults included.
+    strings, tuples lists; every setting is present, defaults included.
     """
     data: dict[str, object] = {}
     for spec in dataclasses.fields(config):  # type: ignore[arg-type]
@@ -95,7 +95,11 @@ def config_to_data(config: object) -> dict[str, object]:
         if dataclasses.is_dataclass(value):
             data[camel(spec.name)] = config_to_data(value)
         else:
-            data[camel(spec.name)] = str(value) if isinstance(value, Path) else value
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            data[camel(spec.name)] = value
     return data
 
 

@@ -1,7 +1,9 @@
 """The GPU time sampler: once per `accounting.periodSeconds`, one usage query for every GPU holder.
 
-Holders are every pod in the cache bound to a node, not finished and requesting nvidia.com/gpu,
-whoever scheduled it (the pod informer lists all pods). Each period sends ONE batched Prometheus
+Holders are every pod in the cache bound to a node, not finished and holding whole GPUs,
+whoever scheduled it (the pod informer lists all pods): through the device plugin
+(nvidia.com/gpu) or through DRA, one GPU per device of a `dra.gpuDrivers` driver allocated to its
+claims reserved for it (`scheduler.state.gpu_holdings`). Each period sends ONE batched Prometheus
 query (`reclaim.accounting_query.measure_holders`), computes the period's increments
 (`reclaim.accounting.account_period`) and adds them to a `Ledger`; `GpuTimeCollector` exports
 the ledger at every scrape.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import structlog
 
@@ -34,6 +36,7 @@ from reclaim.usage import DEFAULT_POWER_MODELS, PowerModel
 from scheduler.config import ReclaimConfig, SchedulerConfig
 from scheduler.model.objects import PodInfo
 from scheduler.state.cache import ClusterCache
+from scheduler.state.gpu_holdings import GpuHoldings
 
 log = structlog.get_logger("gpu-scheduler.accounting")
 
@@ -60,10 +63,10 @@ def measure_of(settings: SchedulerConfig) -> Measure:
     )
 
 
-def holder_of(pod: PodInfo, node: str) -> Holder | None:
-    """`pod` as a GPU holder on `node`; None unless it is bound, not finished and requests whole
-    GPUs."""
-    if pod.gpus <= 0 or not pod.holds_resources:
+def holder_of(pod: PodInfo, node: str, gpus: int) -> Holder | None:
+    """`pod` as a holder of `gpus` whole GPUs on `node` (`scheduler.state.gpu_holdings`); None
+    unless it is bound, not finished and holds any."""
+    if gpus <= 0 or not pod.holds_resources:
         return None
     moment = pod.scheduled_at or pod.created
     return Holder(
@@ -71,20 +74,21 @@ def holder_of(pod: PodInfo, node: str) -> Holder | None:
         name=pod.name,
         uid=pod.uid,
         priority_class=pod.priority_class,
-        gpus=pod.gpus,
+        gpus=gpus,
         started_at=None if moment is None else moment.timestamp(),
         node=node,
     )
 
 
-def cache_holders(cache: ClusterCache) -> list[Holder]:
-    """Every pod of the cache that holds whole GPUs (reservations and assumed pods left out:
-    they hold nothing yet)."""
+def cache_holders(cache: ClusterCache, gpu_drivers: Collection[str]) -> list[Holder]:
+    """Every pod of the cache that holds whole GPUs, DRA devices of `gpu_drivers` included
+    (reservations and assumed pods left out: they hold nothing yet)."""
     holders = []
+    holdings = GpuHoldings(cache, gpu_drivers)
     for state in cache.pods.values():
         if state.assumed or state.reserved_at is not None:
             continue
-        holder = holder_of(state.info, state.node)
+        holder = holder_of(state.info, state.node, holdings.of(state.info, state.node))
         if holder is not None:
             holders.append(holder)
     return holders
@@ -102,6 +106,7 @@ class GpuAccounting:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
+        self.gpu_drivers = settings.dra.gpu_drivers
         self.prometheus = prometheus
         self.period_s = settings.accounting.period_seconds
         self.timeout_s = settings.reclaim.prometheus_timeout_seconds
@@ -139,7 +144,7 @@ class GpuAccounting:
     async def sample(self, period_s: float) -> PeriodIncrements:
         """Measure one period of `period_s` seconds ending now and add it to the ledger."""
         assert self.prometheus is not None
-        holders = cache_holders(self.cache)
+        holders = cache_holders(self.cache, self.gpu_drivers)
         failed = False
         try:
             windows = await asyncio.wait_for(

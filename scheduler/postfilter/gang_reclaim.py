@@ -49,6 +49,7 @@ from scheduler.model.objects import PodInfo
 from scheduler.model.preemption_policy import PREEMPT_NEVER
 from scheduler.postfilter.reclaim import Reclaimer
 from scheduler.state.context import SchedulerContext
+from scheduler.state.gpu_holdings import GpuHoldings
 from scheduler.victims.candidates import (
     PREEMPTION,
     RECLAIM,
@@ -101,6 +102,7 @@ class GangReclaimer:
         single-pod step, cooldown and nomination is `reclaimer`'s; `gangs` holds the PodGroups and
         their members."""
         self.cache = context.cache
+        self.gpu_drivers = context.settings.dra.gpu_drivers
         self.recorder = context.recorder
         self.clock = context.clock
         self.is_leader = context.is_leader
@@ -280,6 +282,7 @@ class GangReclaimer:
             return None
         cache = self.cache
         pdbs = self.reclaimer.pdbs
+        holdings = GpuHoldings(cache, self.gpu_drivers)
 
         def lower(on: Iterable[str]) -> list[Victim]:
             found: list[Victim] = []
@@ -291,7 +294,8 @@ class GangReclaimer:
                     if gang_key(other) == request.group.key:
                         continue
                     budgets = pdbs.budgets_of(other.namespace, other.name, other.labels)
-                    found.append(Victim(other, node, state.gpus, budgets=budgets))
+                    count = holdings.of(other, node)
+                    found.append(Victim(other, node, state.gpus, budgets=budgets, gpu_count=count))
             return found
 
         first = lower(nodes)
@@ -433,7 +437,7 @@ class GangReclaimer:
 
     def _report(self, request: GangRequest, chosen: GangVictims, dry_run: bool) -> None:
         group = request.group
-        gpus = sum(v.pod.gpus for v in chosen.victims)
+        gpus = sum(v.held_gpus for v in chosen.victims)
         nodes = sorted({v.node for v in chosen.victims})
         whole = sum(1 for u in chosen.units if u.whole_gang)
         if chosen.step == RECLAIM:

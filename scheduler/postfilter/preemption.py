@@ -50,6 +50,7 @@ from scheduler.gangs.tracker import GangTracker, gang_key
 from scheduler.kube.events import NORMAL, WARNING, ObjectRef
 from scheduler.model.objects import PodInfo
 from scheduler.state.context import SchedulerContext
+from scheduler.state.gpu_holdings import GpuHoldings
 from scheduler.victims.candidates import (
     PREEMPTION,
     Plan,
@@ -112,6 +113,7 @@ class PriorityPreemption:
         is the what-if every candidate set is checked with, `nominated_node` where room is being
         made for a pod already."""
         self.settings = context.settings.preemption
+        self.gpu_drivers = context.settings.dra.gpu_drivers
         self.cache = context.cache
         self.pdbs = pdbs
         self.recorder = context.recorder
@@ -150,18 +152,19 @@ class PriorityPreemption:
         per_node: dict[str, NodeVictims] = {}
         found: dict[str, dict[str, Victim]] = {}
         limit = candidate_limit(len(nodes))
+        holdings = GpuHoldings(self.cache, self.gpu_drivers)  # claims read once per attempt
         for node in nodes:
             if enough_candidates(per_node, limit):
                 break
             await asyncio.sleep(0)
             if node not in self.cache.row_of:
                 continue
-            victims = self._lower_priority(pod, node)
+            victims = self._lower_priority(pod, node, holdings)
             if not victims:
                 continue
             gangs = victim_gangs(self.cache, self.gangs, (v.pod for v in victims.values()))
             for other in sorted(mate_nodes(self.cache, gangs) - {node}):
-                for key, mate in self._lower_priority(pod, other).items():
+                for key, mate in self._lower_priority(pod, other, holdings).items():
                     if gang_key(mate.pod) in gangs:
                         victims[key] = mate
             units, _ = victim_units((victim_pod(v) for v in victims.values()), gangs)
@@ -200,16 +203,18 @@ class PriorityPreemption:
         self.outcomes[outcome] += 1
         log.info("preemption_outcome", preemptor=pod.key, outcome=outcome, **fields)
 
-    def _lower_priority(self, pod: PodInfo, node: str) -> dict[str, Victim]:
+    def _lower_priority(self, pod: PodInfo, node: str, holdings: GpuHoldings) -> dict[str, Victim]:
         """The pods on `node` it may preempt, by key: strictly lower priority, counted (not a
-        reservation, not assumed by a binding in flight) and not already terminating."""
+        reservation, not assumed by a binding in flight) and not already terminating; each with
+        the GPUs it holds by `holdings`."""
         found: dict[str, Victim] = {}
         for state in self.cache.iter_pods_on(node):
             other = state.info
             if not may_make_room(state, pod) or other.priority >= pod.priority:
                 continue
             budgets = self.pdbs.budgets_of(other.namespace, other.name, other.labels)
-            found[other.key] = Victim(other, node, state.gpus, budgets=budgets)
+            count = holdings.of(other, node)
+            found[other.key] = Victim(other, node, state.gpus, budgets=budgets, gpu_count=count)
         return found
 
     def _terminating_on_nominated(self, pod: PodInfo) -> str | None:

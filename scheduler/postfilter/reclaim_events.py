@@ -66,7 +66,7 @@ class ReclaimReporter:
             self.preemption.report(pod, plan)
             return
         victims = plan.victims
-        gpus = sum(v.pod.gpus for v in victims)
+        gpus = sum(v.held_gpus for v in victims)
         verb = "would reclaim" if dry_run else "reclaiming"
         note = f"{verb} {gpus} GPUs on node {plan.node} from {len(victims)} idle pod(s)"
         note += plan.guarded_warning()

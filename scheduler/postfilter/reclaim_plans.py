@@ -2,7 +2,8 @@
 
 - candidate nodes: those the filters rejected only for reasons removing pods can fix;
 - eligible pods on them: those whose PriorityClass policy lets the preemptor reclaim them
-  (`reclaim.policy.victim_eligibility`), with the PodDisruptionBudgets guarding each;
+  (`reclaim.policy.victim_eligibility`), with the PodDisruptionBudgets guarding each and the
+  GPUs each holds, DRA devices included (`scheduler.state.gpu_holdings`);
 - whole Kueue Workloads: a Kueue victim counts only when every pod of its Workload is idle
   (`scheduler.victims.kueue.partial_workloads`);
 - per node, the fewest idle victims that let the preemptor pass every filter there, including
@@ -38,6 +39,7 @@ from scheduler.model.objects import PodInfo
 from scheduler.plugins.nvlink import one_domain_feasible
 from scheduler.postfilter.reclaim_policies import PolicyStore
 from scheduler.state.context import SchedulerContext
+from scheduler.state.gpu_holdings import GpuHoldings
 from scheduler.victims.candidates import Plan, Victim, may_make_room, victim_gangs, victim_pod
 from scheduler.victims.gangs import Unit, broken_gangs, victim_units
 from scheduler.victims.kueue import KueueOwner, kueue_owner, partial_workloads
@@ -63,6 +65,7 @@ class ReclaimPlanner:
     ) -> None:
         self.cache = context.cache
         self.wall_clock = context.wall_clock
+        self.gpu_drivers = context.settings.dra.gpu_drivers
         self.framework = framework
         self.policies = policies
         self.pdbs = pdbs
@@ -86,17 +89,19 @@ class ReclaimPlanner:
         """The pods on `nodes` whose PriorityClass policy lets `pod` reclaim them."""
         now = self.wall_clock()
         victims: list[Victim] = []
+        holdings = GpuHoldings(self.cache, self.gpu_drivers)
         for node in nodes:
             for state in self.cache.iter_pods_on(node):
                 other = state.info
                 if not may_make_room(state, pod):
                     continue
+                gpus = holdings.of(other, node)
                 facts = VictimFacts(
                     other.key,
                     other.priority,
                     other.priority_class,
                     _epoch(other.scheduled_at),
-                    other.gpus,
+                    gpus,
                 )
                 result = victim_eligibility(
                     facts, pod.priority, self.policies.policy(other.priority_class), now
@@ -115,6 +120,7 @@ class ReclaimPlanner:
                         result.resource_idle_seconds,
                         result.threshold_pct,
                         budgets=budgets,
+                        gpu_count=gpus,
                     )
                 )
         return victims

@@ -112,7 +112,7 @@ class UsageMeter:
                     self.power_models,
                     scrape_interval_s=self.settings.scrape_interval_seconds,
                     min_coverage=self.settings.min_coverage,
-                    held_gpus=victim.pod.gpus,
+                    held_gpus=victim.held_gpus,
                 )
                 measured.append(replace(victim, verdict=verdict))
         if not measured:

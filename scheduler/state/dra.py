@@ -20,6 +20,9 @@ dra_manager.go) in one object:
   `extended_claim_of(pod_uid)`: the claim made for a pod's extended resources.
 - `released(gone_uids, is_live, gone_keys)`: the what-if of victim selection: within the block
   the devices of the claims the gone pods would free count as free (see `released`).
+- `gpu_devices_by_pod(drivers)` / `gpu_devices_of(pod_uid, drivers)`: the GPUs a pod holds
+  through the claims reserved for it (`reserved_gpu_devices`), for reclaim, preemption and
+  accounting, which count a DRA pod's GPUs there instead of in `PodInfo.gpus`.
 - `assume(pod_key, allocations)`: the scheduling cycle decided these claims' allocations for the
   pod (an extended-resource claim under its in-memory name, `scheduler.dra.extended`); until the
   informer delivers the claim allocated (the PreBind write landed) or
@@ -71,6 +74,27 @@ def taken_devices(allocation: Allocation) -> Iterable[DeviceID]:
     (k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/
     allocateddevices.go)."""
     return (result.device_id for result in allocation.results if not result.admin_access)
+
+
+def reserved_gpu_devices(
+    claims: Iterable[ResourceClaim], drivers: Collection[str]
+) -> dict[str, int]:
+    """Pod uid -> how many GPUs it holds through `claims`: for every allocated claim, its
+    distinct devices whose driver is in `drivers`, admin-access results aside (`taken_devices`:
+    watching a device is not holding it), counted for each pod in its `status.reservedFor` (a
+    claim shared by several pods counts for each, as a time-sliced GPU does). Pure."""
+    wanted = frozenset(drivers)
+    held: dict[str, int] = {}
+    for claim in claims:
+        if claim.allocation is None or not claim.reserved_for:
+            continue
+        devices = {d for d in taken_devices(claim.allocation) if d[0] in wanted}
+        if not devices:
+            continue
+        for ref in claim.reserved_for:
+            if ref.is_pod:
+                held[ref.uid] = held.get(ref.uid, 0) + len(devices)
+    return held
 
 
 class DraStore:
@@ -318,6 +342,18 @@ class DraStore:
         self._index()
         assert self._node_pools is not None and self._shared_pools is not None
         return bool(self._node_pools.get(node_name)) or bool(self._shared_pools)
+
+    # -- GPUs held through claims ----------------------------------------------------------------
+
+    def gpu_devices_by_pod(self, drivers: Collection[str]) -> dict[str, int]:
+        """Pod uid -> the GPUs it holds through its claims (`reserved_gpu_devices` over every
+        claim); one pass over the claims."""
+        return reserved_gpu_devices(self.claims.values(), drivers)
+
+    def gpu_devices_of(self, pod_uid: str, drivers: Collection[str]) -> int:
+        """The GPUs the pod with `pod_uid` holds through its claims; one pass over the claims
+        (use `gpu_devices_by_pod` for many pods)."""
+        return self.gpu_devices_by_pod(drivers).get(pod_uid, 0)
 
     # -- internals -------------------------------------------------------------------------------
 

@@ -4,14 +4,16 @@ could take them.
     gpu-scheduler idle-report [--kubeconfig FILE] [--config FILE] [--prometheus-url URL]
                               [--idle-window SECONDS] [--threshold PERCENT] [-o table|json]
 
-Reads every pod and PriorityClass from the API server (the kubeconfig flag as the other
-subcommands; default: in-cluster), and sends Prometheus the same single query as the daemon's GPU
-time sampler (`reclaim.accounting_query`). A pod is listed when `reclaim.usage.idle_verdict`
-finds it idle over the idle window (default `accounting.idleWindowSeconds` and
-`accounting.idleUsageThresholdPercent` of `--config`), with the reclaim policy of its
-PriorityClass judged by `reclaim.policy.victim_eligibility` for a preemptor of exactly the
-policy's minimum-preemptable-priority: either the priority a preemptor needs, or why no policy
-applies (none, invalid, within toleration, unknown schedule time).
+Reads every pod, PriorityClass, Node and ResourceClaim from the API server (the kubeconfig flag
+as the other subcommands; default: in-cluster), counts each pod's GPUs as the daemon does (its
+nvidia.com/gpu request where the node offers GPUs through the device plugin, plus one per device
+of a `dra.gpuDrivers` driver allocated to its claims reserved for it), and sends Prometheus the
+same single query as the daemon's GPU time sampler (`reclaim.accounting_query`). A pod is
+listed when `reclaim.usage.idle_verdict` finds it idle over the idle window (default
+`accounting.idleWindowSeconds` and `accounting.idleUsageThresholdPercent` of `--config`), with
+the reclaim policy of its PriorityClass judged by `reclaim.policy.victim_eligibility` for a
+preemptor of exactly the policy's minimum-preemptable-priority: either the priority a preemptor
+needs, or why no policy applies (none, invalid, within toleration, unknown schedule time).
 
 "Idle for" is a lower bound: the verdict proves idleness over the whole window, not since when.
 JSON rows have the keys `namespace`, `pod`, `node`, `gpus`, `usage_pct`, `idle_for_at_least_s`,
@@ -28,8 +30,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,11 @@ from reclaim.promql import LabelNames
 from reclaim.signals import GpuWindow
 from scheduler.config import ConfigError, SchedulerConfig, add_config_flags, config_from_args
 from scheduler.core.accounting_task import holder_of, measure_of
-from scheduler.model.objects import PodInfo, parse_pod
+from scheduler.model.claims import ResourceClaim, parse_resource_claim
+from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.model.resources import GPU
+from scheduler.state.dra import reserved_gpu_devices
+from scheduler.state.gpu_holdings import held_gpus
 
 JsonObject = dict[str, Any]
 PERIOD_S = 60.0
@@ -53,9 +59,42 @@ class ReportError(Exception):
     """A one-line reason the report could not be made."""
 
 
-def holders_of(pods: Iterable[PodInfo]) -> list[Holder]:
-    """The pods bound to a node, not finished, requesting whole GPUs."""
-    return [h for pod in pods if (h := holder_of(pod, pod.node_name)) is not None]
+@dataclass(frozen=True)
+class ClusterView:
+    """What the report reads from the API server, as plain JSON."""
+
+    pods: list[JsonObject]
+    classes: list[JsonObject]
+    nodes: list[JsonObject]
+    claims: list[JsonObject]
+
+
+def holders_of(pods: Iterable[PodInfo], holdings: Mapping[str, int] | None = None) -> list[Holder]:
+    """The pods bound to a node, not finished, holding whole GPUs: `holdings` by pod uid (the
+    device plugin and DRA together, `report_holdings`), else their nvidia.com/gpu request."""
+    found = []
+    for pod in pods:
+        gpus = pod.gpus if holdings is None else holdings.get(pod.uid, 0)
+        if (holder := holder_of(pod, pod.node_name, gpus)) is not None:
+            found.append(holder)
+    return found
+
+
+def report_holdings(
+    pods: Iterable[PodInfo],
+    nodes: Iterable[NodeInfo],
+    claims: Iterable[ResourceClaim],
+    gpu_drivers: Collection[str],
+) -> dict[str, int]:
+    """Pod uid -> the whole GPUs it holds (`scheduler.state.gpu_holdings.held_gpus`): its
+    nvidia.com/gpu request where its node offers GPUs through the device plugin (or the node is
+    not listed), plus its claims' devices of `gpu_drivers`. Pure."""
+    device_plugin = {node.name: bool(node.allocatable[GPU]) for node in nodes}
+    dra = reserved_gpu_devices(claims, gpu_drivers)
+    return {
+        pod.uid: held_gpus(pod, device_plugin.get(pod.node_name, True), dra.get(pod.uid, 0))
+        for pod in pods
+    }
 
 
 def policy_text(
@@ -161,13 +200,14 @@ def _cut(text: str) -> str:
     return flat if len(flat) <= MAX_ERROR_CHARS else flat[:MAX_ERROR_CHARS] + "..."
 
 
-async def _read_cluster(kubeconfig: Path | None) -> tuple[list[JsonObject], list[JsonObject]]:
-    """(pods, PriorityClasses) as plain JSON; ReportError for an unusable kubeconfig or an API
-    server that does not answer."""
+async def _read_cluster(kubeconfig: Path | None) -> ClusterView:
+    """Pods, PriorityClasses, Nodes and ResourceClaims as plain JSON (no claims where
+    resource.k8s.io/v1 is not served); ReportError for an unusable kubeconfig or an API server
+    that does not answer."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.config import ConfigException
 
-    from scheduler.kube.apierrors import expect_success
+    from scheduler.kube.apierrors import APINotFoundError, expect_success
     from scheduler.kube.client import api_client_for
 
     where = f"kubeconfig {str(kubeconfig)[:200]}" if kubeconfig else "in-cluster configuration"
@@ -187,10 +227,22 @@ async def _read_cluster(kubeconfig: Path | None) -> tuple[list[JsonObject], list
             classes = json.loads(
                 await expect_success(await scheduling.list_priority_class(_preload_content=False))
             )
+            nodes = json.loads(await expect_success(await core.list_node(_preload_content=False)))
+            try:
+                resource = client.ResourceV1Api(api_client)
+                claims = json.loads(
+                    await expect_success(
+                        await resource.list_resource_claim_for_all_namespaces(
+                            _preload_content=False
+                        )
+                    )
+                )
+            except APINotFoundError:  # resource.k8s.io/v1 not served: no DRA GPUs
+                claims = {}
     except Exception as error:  # any transport or API failure: one line, no traceback
         text = _cut(str(error) or type(error).__name__)
         raise ReportError(f"cannot read pods from the API server: {text}") from None
-    return list(pods.get("items") or []), list(classes.get("items") or [])
+    return ClusterView(*(list(body.get("items") or []) for body in (pods, classes, nodes, claims)))
 
 
 def _policies(classes: Iterable[Mapping[str, Any]]) -> dict[str, PolicyResult]:
@@ -207,9 +259,15 @@ async def build_report(settings: SchedulerConfig, prometheus_url: str) -> list[J
     """Read the cluster and Prometheus, return the rows. Raises ReportError."""
     if settings.kubeconfig is not None and not settings.kubeconfig.is_file():
         raise ReportError(f"kubeconfig {str(settings.kubeconfig)[:200]}: no such file")
-    objects, classes = await _read_cluster(settings.kubeconfig)
-    pods = [parse_pod(obj) for obj in objects]
-    holders = holders_of(pods)
+    view = await _read_cluster(settings.kubeconfig)
+    pods = [parse_pod(obj) for obj in view.pods]
+    holdings = report_holdings(
+        pods,
+        (parse_node(obj) for obj in view.nodes),
+        (parse_resource_claim(obj) for obj in view.claims),
+        settings.dra.gpu_drivers,
+    )
+    holders = holders_of(pods, holdings)
     priorities = {(p.namespace, p.name): p.priority for p in pods}
     measure = measure_of(settings)
     reclaim = settings.reclaim
@@ -228,7 +286,8 @@ async def build_report(settings: SchedulerConfig, prometheus_url: str) -> list[J
             )
         except PrometheusQueryFailed as error:
             raise ReportError(_cut(str(error))) from None
-    return report_rows(holders, priorities, windows.idle, _policies(classes), measure, time.time())
+    policies = _policies(view.classes)
+    return report_rows(holders, priorities, windows.idle, policies, measure, time.time())
 
 
 def _settings(args: argparse.Namespace) -> SchedulerConfig:

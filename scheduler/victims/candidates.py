@@ -60,6 +60,14 @@ class Victim:
     threshold_pct: float = 0.0
     verdict: Verdict | None = None
     budgets: tuple[str, ...] = ()
+    gpu_count: int | None = None
+    """The whole GPUs it holds, DRA devices included (`scheduler.state.gpu_holdings`); None:
+    its `nvidia.com/gpu` request."""
+
+    @property
+    def held_gpus(self) -> int:
+        """The whole GPUs it holds (`gpu_count`, else its request)."""
+        return self.pod.gpus if self.gpu_count is None else self.gpu_count
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,7 @@ def mate_nodes(cache: ClusterCache, gangs: Mapping[str, VictimGang]) -> set[str]
 def victim_pod(victim: Victim) -> VictimPod:
     """The plain facts of a victim, for `scheduler.victims.gangs`."""
     pod = victim.pod
-    return VictimPod(pod.key, pod.priority, pod.gpus, gang_key(pod), victim.budgets)
+    return VictimPod(pod.key, pod.priority, victim.held_gpus, gang_key(pod), victim.budgets)
 
 
 def disrupted_groups(tracker: GangTracker | None, victims: Iterable[Victim]) -> list[PodGroupInfo]:

@@ -85,7 +85,10 @@ FULL: dict[str, Any] = {
         "certDir": "/etc/gpu-scheduler/webhook-tls",
     },
     "preemption": {"enabled": False},
-    "dra": {"nvlinkDomainAttribute": "gpu.nvidia.com/partition8"},
+    "dra": {
+        "nvlinkDomainAttribute": "gpu.nvidia.com/partition8",
+        "gpuDrivers": ["gpu.nvidia.com", "gpu.example.com"],
+    },
 }
 
 
@@ -651,6 +654,33 @@ def test_bad_dra_domain_attribute_is_one_error_naming_the_key(bad: object) -> No
         "attribute name"
     )
     assert len(str(error)) < 300
+
+
+def test_dra_gpu_drivers_default_to_nvidia_and_keep_order_without_duplicates() -> None:
+    assert config_from_data({}).dra.gpu_drivers == ("gpu.nvidia.com",)
+    written = ["gpu.example.com", "gpu.nvidia.com", "gpu.example.com"]
+    dra = config_from_data({"dra": {"gpuDrivers": written}}).dra
+    assert dra.gpu_drivers == ("gpu.example.com", "gpu.nvidia.com")
+    assert config_from_data({"dra": {"gpuDrivers": []}}).dra.gpu_drivers == ()
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("gpu.nvidia.com", "must be a list of DRA driver names"),
+        ({"gpu.nvidia.com": 1}, "must be a list of DRA driver names"),
+        (["GPU.nvidia.com"], "each driver must be a DNS subdomain"),
+        (["gpu_nvidia.com"], "each driver must be a DNS subdomain"),
+        (["a" * 64], "each driver must be a DNS subdomain"),
+        ([""], "each driver must be a DNS subdomain"),
+        ([7], "each driver must be a DNS subdomain"),
+    ],
+)
+def test_bad_dra_gpu_drivers_are_one_error_naming_the_key(bad: object, reason: str) -> None:
+    error = error_of({"dra": {"gpuDrivers": bad}})
+    assert error.key == "dra.gpuDrivers"
+    assert str(error).startswith(f"config.yaml: dra.gpuDrivers: {reason}")
+    assert len(str(error)) < 400
 
 
 def test_dra_settings_built_in_code_are_validated() -> None:

@@ -29,7 +29,7 @@ from hack.demo_dra import (
     template_name,
     uuid_selector,
 )
-from hack.fake_dcgm.render import gpu_uuid
+from hack.fake_dcgm.identity import gpu_uuid
 from hack.localcluster.dra import DRIVER, gpu_device_class, node_resource_slice
 from hack.localcluster.nodes import node_manifest
 from scheduler.dra.allocator import Allocator

@@ -19,7 +19,7 @@ from hack.fake_dcgm.__main__ import parse_args
 from hack.fake_dcgm.exporter import Exporter
 from hack.fake_dcgm.holders import Json
 from hack.fake_dcgm.server import Options, running
-from hack.fake_dcgm.source import ApiSource, SourceError, StaticSource, refresh_once
+from hack.fake_dcgm.source import ApiSource, SourceError, StaticSource, View, refresh_once
 from tests.datasets import H200_TRACE_CSV
 from tests.unit.test_fake_dcgm_builders import USAGE, node, pod
 
@@ -63,9 +63,9 @@ class FlakySource:
 
     def __init__(self, nodes: Sequence[Json], pods: Sequence[Json]) -> None:
         self.calls = 0
-        self.view = (nodes, pods)
+        self.view = View(nodes, pods)
 
-    async def fetch(self) -> tuple[Sequence[Json], Sequence[Json]]:
+    async def fetch(self) -> View:
         self.calls += 1
         if self.calls > 1:
             raise SourceError("listing nodes: HTTP 503")
@@ -173,9 +173,10 @@ async def test_api_source_lists_raw_json_and_turns_failures_into_source_errors()
         configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
         async with client.ApiClient(configuration) as api_client:
             source = ApiSource(api_client)
-            got_nodes, got_pods = await source.fetch()
-            assert got_nodes == [node("g-0")]
-            assert [p["metadata"]["name"] for p in got_pods] == ["p"]
+            view = await source.fetch()
+            assert view.nodes == [node("g-0")]
+            assert [p["metadata"]["name"] for p in view.pods] == ["p"]
+            assert view.claims == [] and view.slices == []  # resource.k8s.io not served: 404
             state["status"] = 500
             with pytest.raises(SourceError, match="listing nodes: HTTP 500"):
                 await source.fetch()

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from hack.fake_dcgm.exporter import Exporter
-from hack.fake_dcgm.render import RenderOptions, escape, format_value, gpu_uuid
+from hack.fake_dcgm.identity import gpu_uuid
+from hack.fake_dcgm.render import RenderOptions, escape, format_value
 from tests.unit.test_fake_dcgm_builders import GPUS, USAGE, Json, node, pod
 
 T0 = 1767225600.0  # 2026-01-01T00:00:00Z

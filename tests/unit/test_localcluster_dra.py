@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hack.fake_dcgm.render import gpu_uuid
+from hack.fake_dcgm.identity import gpu_uuid
 from hack.localcluster import (
     D4,
     D8,

@@ -49,7 +49,7 @@ def accounting(prometheus: FakePrometheus) -> GpuAccounting:
 
 
 def test_holders_are_the_bound_unfinished_pods_with_gpus() -> None:
-    holders = cache_holders(gpu_cache())
+    holders = cache_holders(gpu_cache(), ("gpu.nvidia.com",))
     assert [(h.namespace, h.name, h.gpus, h.node) for h in holders] == [("team", "train", 2, "n1")]
 
 

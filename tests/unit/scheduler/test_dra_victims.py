@@ -237,8 +237,21 @@ async def test_idle_reclaim_evicts_an_idle_pod_holding_its_gpus_through_a_claim(
     pod, claim = wants(4)
     cache.dra.put_claim(parse_resource_claim(claim))
     rig = make_rig(monkeypatch, cache)
+    rig.usage.gpus["low"] = 4  # an idle window for each device of its claim
     assert await rig.attempt(parse_pod(pod)) == "a"
     assert rig.api.evicted == ["low"]  # "other" has no reclaim policy
+
+
+async def test_a_claim_holder_with_samples_for_fewer_gpus_than_its_devices_is_not_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The idle verdict expects a window for each of the 4 devices of the victim's claim."""
+    cache = full_node(IDLE_CLASS)
+    pod, claim = wants(4)
+    cache.dra.put_claim(parse_resource_claim(claim))
+    rig = make_rig(monkeypatch, cache)  # one idle window per pod
+    assert await rig.attempt(parse_pod(pod)) is None
+    assert rig.api.evicted == []
 
 
 async def test_no_pod_is_evicted_while_a_released_claim_awaits_deallocation(

@@ -12,7 +12,17 @@ from reclaim.policy import PolicyResult, PolicyStatus, ReclaimPolicy
 from reclaim.signals import GpuWindow
 from reclaim.usage import PowerModel
 from scheduler.cli import main
-from scheduler.tools.idle_report import duration_text, render_table, report_rows
+from scheduler.model.claims import parse_resource_claim
+from scheduler.model.objects import parse_node, parse_pod
+from scheduler.tools.idle_report import (
+    duration_text,
+    holders_of,
+    render_table,
+    report_holdings,
+    report_rows,
+)
+from tests.dra_objects import allocated, pod_ref, resource_claim, result
+from tests.unit.scheduler.builders import make_node, make_pod
 
 MODEL = "TEST GPU"
 MEASURE = Measure(1.0, 0.8, {MODEL: PowerModel(100.0, 500.0)}, 600.0, 5.0)
@@ -116,3 +126,34 @@ def test_malformed_kubeconfig_is_one_line(
     assert code == 1
     assert err.startswith(f"gpu-scheduler idle-report: kubeconfig {kubeconfig}: ")
     assert err.count("\n") == 1
+
+
+def test_dra_pods_are_reported_with_their_claims_devices_and_extended_requests_once() -> None:
+    pods = [
+        parse_pod(make_pod("plugin", gpus=2, node="dp", phase="Running")),
+        parse_pod(make_pod("claims", gpus=0, node="dra", phase="Running")),
+        parse_pod(make_pod("extended", gpus=1, node="dra", phase="Running")),
+    ]
+    nodes = [parse_node(make_node("dp", gpus=8)), parse_node(make_node("dra", gpus=0))]
+    claims = [
+        parse_resource_claim(
+            resource_claim(
+                name,
+                status=allocated(
+                    *(result("gpus", d) for d in devices), reserved_for=[pod_ref(pod, f"uid-{pod}")]
+                ),
+            )
+        )
+        for name, pod, devices in (
+            ("claims-gpu", "claims", ["gpu-0", "gpu-1", "gpu-2"]),
+            ("extended-gpu", "extended", ["gpu-3"]),
+        )
+    ]
+    holdings = report_holdings(pods, nodes, claims, ("gpu.nvidia.com",))
+    assert holdings == {"uid-plugin": 2, "uid-claims": 3, "uid-extended": 1}
+    assert [(h.name, h.gpus) for h in holders_of(pods, holdings)] == [
+        ("plugin", 2),
+        ("claims", 3),
+        ("extended", 1),
+    ]
+    assert [(h.name, h.gpus) for h in holders_of(pods)] == [("plugin", 2), ("extended", 1)]
