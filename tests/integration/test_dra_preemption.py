@@ -20,7 +20,7 @@ from tests.integration.test_dra_allocation import (
 )
 from tests.integration.test_gangs import create_group
 from tests.integration.test_preemption import classes  # noqa: F401  (the fixture)
-from tests.integration.test_reclaim import notes
+from tests.integration.test_reclaim import notes, reclaim_settings, samples_for
 from tests.kube import eventually, pod_gone
 from tests.scheduling import isolated, make_nodes, running_daemon, settings_for, wait_bound
 
@@ -130,3 +130,43 @@ async def test_a_gang_with_claims_preempts_for_every_member_or_nobody(
     assert await pod_gone(core_api, namespace, "low1")
     assert sorted(got) == sorted(held) and len(set(got)) == 4
     assert outcomes.get("evicted") == 1, outcomes
+
+
+async def test_idle_reclaim_evicts_only_the_idle_holder_of_a_claim(
+    cluster: LocalCluster,
+    core_api: client.CoreV1Api,
+    namespace: str,
+    classes: dict[str, str],  # noqa: F811
+) -> None:
+    """Two template pods of a reclaimable class fill a 4-GPU node, one at 0 % on both of its
+    devices, one at 70 %: the fake exporter attributes each claim's devices to its pod, so the
+    idle verdict takes the idle one only, and the preemptor gets its two devices."""
+    api = core_api.api_client
+    [node] = await make_nodes(core_api, [isolated(D4, namespace)])
+    await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
+        namespace, claim_template("two", namespace, gpus(2))
+    )
+    settings = reclaim_settings(cluster, namespace)
+    async with running_daemon(cluster, settings) as daemon:
+        held: dict[str, list[str]] = {}
+        for name, usage in (("idle", "constant:util=0"), ("busy", "constant:util=70")):
+            pod = template_pod(namespace, name, "two", classes["low"])
+            pod["metadata"]["annotations"] = {"fake-dcgm.gpu-scheduler.io/usage": usage}
+            await core_api.create_namespaced_pod(namespace, pod)
+            await wait_bound(core_api, namespace, name)
+            claim = await template_claim_name(core_api, namespace, name)
+            held[name] = await allocated_devices(api, namespace, claim)
+        await samples_for(cluster.prometheus_url or "", namespace, ["idle", "busy"])
+        await core_api.create_namespaced_pod(
+            namespace, template_pod(namespace, "preemptor", "two", classes["idle-ok"])
+        )
+        bound = await wait_bound(core_api, namespace, "preemptor")
+        mine = await allocated_devices(
+            api, namespace, await template_claim_name(core_api, namespace, "preemptor")
+        )
+        evicted = dict(daemon.reclaimer.stats.evictions)
+    assert bound["spec"]["nodeName"] == node
+    assert await pod_gone(core_api, namespace, "idle")
+    assert not await pod_gone(core_api, namespace, "busy")
+    assert mine == held["idle"]
+    assert sum(evicted.values()) == 1, evicted
