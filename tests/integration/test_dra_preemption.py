@@ -170,3 +170,46 @@ async def test_idle_reclaim_evicts_only_the_idle_holder_of_a_claim(
     assert not await pod_gone(core_api, namespace, "busy")
     assert mine == held["idle"]
     assert sum(evicted.values()) == 1, evicted
+
+
+async def test_idle_reclaim_frees_the_devices_of_idle_pods_for_a_whole_gang(
+    cluster: LocalCluster,
+    core_api: client.CoreV1Api,
+    namespace: str,
+    classes: dict[str, str],  # noqa: F811
+) -> None:
+    """Two idle template pods fill a 4-GPU node: the gang's idle step evicts both (it needs
+    both pairs of devices) and its two members get exactly those devices."""
+    api = core_api.api_client
+    [node] = await make_nodes(core_api, [isolated(D4, namespace)])
+    await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
+        namespace, claim_template("two", namespace, gpus(2))
+    )
+    async with running_daemon(cluster, reclaim_settings(cluster, namespace)) as daemon:
+        held: set[str] = set()
+        for name in ("idle0", "idle1"):
+            pod = template_pod(namespace, name, "two", classes["low"])
+            pod["metadata"]["annotations"] = {"fake-dcgm.gpu-scheduler.io/usage": "constant:util=0"}
+            await core_api.create_namespaced_pod(namespace, pod)
+            await wait_bound(core_api, namespace, name)
+            claim = await template_claim_name(core_api, namespace, name)
+            held.update(await allocated_devices(api, namespace, claim))
+        await samples_for(cluster.prometheus_url or "", namespace, ["idle0", "idle1"])
+        await create_group(api, namespace, "pg", 2)
+        for name in ("w0", "w1"):
+            pod = template_pod(namespace, name, "two", classes["idle-ok"])
+            pod["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
+            await core_api.create_namespaced_pod(namespace, pod)
+        bound = [await wait_bound(core_api, namespace, n) for n in ("w0", "w1")]
+        got: list[str] = []
+        for name in ("w0", "w1"):
+            got += await allocated_devices(
+                api, namespace, await template_claim_name(core_api, namespace, name)
+            )
+        outcomes = dict(daemon.gang_reclaimer.outcomes)
+    assert {p["spec"]["nodeName"] for p in bound} == {node}
+    assert await pod_gone(core_api, namespace, "idle0")
+    assert await pod_gone(core_api, namespace, "idle1")
+    assert sorted(got) == sorted(held) and len(set(got)) == 4
+    assert outcomes.get("evicted") == 1, outcomes
+    assert daemon.reclaimer.preemption.outcomes.get("gang", 0) == 0  # the idle step did it
