@@ -1,8 +1,10 @@
-"""Priority preemption of pods whose GPUs come from ResourceClaims, on the real API server and
-kube-controller-manager: the what-if frees the devices of the victims' claims, the preemptor is
+"""Priority preemption and idle reclaim of pods whose GPUs come from ResourceClaims, single
+pods and gangs, on the real API server, kube-controller-manager, Prometheus and fake
+dcgm-exporter: the what-if frees the devices of the victims' claims, the preemptor is
 nominated, the resourceclaim controller deallocates the victim's claim once the pod is gone,
-and the preemptor gets those devices. kube-scheduler 1.37 does not do this: its DynamicResources
-rejections are UnschedulableAndUnresolvable, so its preemption never frees devices."""
+and the preemptor gets those devices. kube-scheduler 1.37 does not do this: its
+DynamicResources rejections are UnschedulableAndUnresolvable, so its preemption never frees
+devices."""
 
 from __future__ import annotations
 
