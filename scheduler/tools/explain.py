@@ -263,8 +263,8 @@ async def _from_cluster(
         pods = await raw(core.list_pod_for_all_namespaces(_preload_content=False))
         objects = [{**n, "kind": "Node"} for n in nodes["items"]]
         objects += [{**p, "kind": "Pod"} for p in pods["items"]]
-        if pod is not None and (pod.get("spec") or {}).get("resourceClaims"):
-            objects += await list_dra_objects(api_client)
+        if gang is not None or (pod is not None and (pod.get("spec") or {}).get("resourceClaims")):
+            objects += await list_dra_objects(api_client)  # a gang's members may use claims
     return pod, objects, gang
 
 
