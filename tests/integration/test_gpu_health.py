@@ -15,7 +15,7 @@ Device-plugin node (8 GPUs, NVLink domains 0-3 and 4-7), GPU 3 sick with Xid 79:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -74,7 +74,7 @@ async def node_events(api: client.ApiClient, node: str) -> list[Json]:
     response = await client.EventsV1Api(api).list_event_for_all_namespaces(
         field_selector=f"regarding.kind=Node,regarding.name={node}", _preload_content=False
     )
-    items: list[Json] = json.loads(await response.read())["items"]
+    items: list[Json] = json.loads(await cast(Any, response).read())["items"]
     return items
 
 
@@ -88,9 +88,9 @@ async def metric_lines(daemon: Daemon, name: str) -> list[str]:
 
 
 async def test_a_gpu_with_a_fatal_xid_is_never_chosen_and_is_reported(
-    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+    cluster: LocalCluster, core_api: client.CoreV1Api, api_client: client.ApiClient, namespace: str
 ) -> None:
-    api = core_api.api_client
+    api = api_client
     [node] = await make_nodes(core_api, [isolated(G2_EXPANSION, namespace)])
     # A pod another scheduler placed on GPU 3, before the GPU fails.
     holder = our_pod(
@@ -100,7 +100,7 @@ async def test_a_gpu_with_a_fatal_xid_is_never_chosen_and_is_reported(
         scheduler_name="elsewhere",
         annotations={"gpu-scheduler.io/gpus": "3"},
     )
-    await core_api.create_namespaced_pod(namespace, holder)
+    await core_api.create_namespaced_pod(namespace, cast(Any, holder))
     await bind(core_api, namespace, "holder", node)
     await annotate(core_api, node, "3=79")
     async with running_daemon(cluster, health_settings(cluster, namespace)) as daemon:
@@ -120,7 +120,9 @@ async def test_a_gpu_with_a_fatal_xid_is_never_chosen_and_is_reported(
         await eventually(
             lambda: _gone(daemon, f"{namespace}/holder"), timeout=30, what="holder gone"
         )
-        await core_api.create_namespaced_pod(namespace, our_pod(namespace, "all-eight", 8))
+        await core_api.create_namespaced_pod(
+            namespace, cast(Any, our_pod(namespace, "all-eight", 8))
+        )
 
         async def failed() -> str | None:
             for event in await pod_events(api, namespace, "all-eight"):
@@ -135,7 +137,9 @@ async def test_a_gpu_with_a_fatal_xid_is_never_chosen_and_is_reported(
 
         taken: list[int] = []
         for index in range(3):
-            await core_api.create_namespaced_pod(namespace, our_pod(namespace, f"two-{index}", 2))
+            await core_api.create_namespaced_pod(
+                namespace, cast(Any, our_pod(namespace, f"two-{index}", 2))
+            )
             bound = await wait_bound(core_api, namespace, f"two-{index}")
             assert bound["spec"]["nodeName"] == node
             taken += gpus_of(bound)
@@ -162,9 +166,9 @@ def gpus(count: int) -> Json:
 
 
 async def test_a_device_taint_rule_keeps_the_allocator_off_the_device(
-    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+    cluster: LocalCluster, core_api: client.CoreV1Api, api_client: client.ApiClient, namespace: str
 ) -> None:
-    api = core_api.api_client
+    api = api_client
     [node] = await make_nodes(core_api, [isolated(D8, namespace)])
     rule_name = f"{namespace}-gpu-0"
     rule: Json = {
@@ -181,21 +185,21 @@ async def test_a_device_taint_rule_keeps_the_allocator_off_the_device(
     resource = client.ResourceV1Api(api)
     try:
         await resource.create_namespaced_resource_claim(
-            namespace, resource_claim("seven", namespace, gpus(7))
+            namespace, cast(Any, resource_claim("seven", namespace, gpus(7)))
         )
         async with running_daemon(cluster, settings_for(namespace)):
             pod = dra_pod(namespace, "seven", [{"name": "gpus", "resourceClaimName": "seven"}])
-            await core_api.create_namespaced_pod(namespace, pod)
+            await core_api.create_namespaced_pod(namespace, cast(Any, pod))
             await wait_bound(core_api, namespace, "seven")
             devices = await allocated_devices(api, namespace, "seven")
             assert devices == [f"gpu-{i}" for i in range(1, 8)]
             await resource.create_namespaced_resource_claim(
-                namespace, resource_claim("one-more", namespace, gpus(1))
+                namespace, cast(Any, resource_claim("one-more", namespace, gpus(1)))
             )
             pod = dra_pod(
                 namespace, "one-more", [{"name": "gpus", "resourceClaimName": "one-more"}]
             )
-            await core_api.create_namespaced_pod(namespace, pod)
+            await core_api.create_namespaced_pod(namespace, cast(Any, pod))
 
             async def failed() -> bool:
                 return "FailedScheduling" in await reasons(api, namespace, "one-more")
@@ -209,9 +213,9 @@ async def test_a_device_taint_rule_keeps_the_allocator_off_the_device(
 
 
 async def test_the_scheduler_writes_and_deletes_the_rule_of_a_sick_dra_gpu(
-    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+    cluster: LocalCluster, core_api: client.CoreV1Api, api_client: client.ApiClient, namespace: str
 ) -> None:
-    api = core_api.api_client
+    api = api_client
     [node] = await make_nodes(core_api, [isolated(D8, namespace)])
     ids = await uuids(api, node)
     name = health_rule_name(DRIVER, node, "gpu-2")
@@ -244,10 +248,10 @@ async def test_the_scheduler_writes_and_deletes_the_rule_of_a_sick_dra_gpu(
         assert GpuRef(node, 2, ids["gpu-2"]) in daemon.health.verdicts
         resource = client.ResourceV1Api(api)
         await resource.create_namespaced_resource_claim(
-            namespace, resource_claim("seven", namespace, gpus(7))
+            namespace, cast(Any, resource_claim("seven", namespace, gpus(7)))
         )
         pod = dra_pod(namespace, "seven", [{"name": "gpus", "resourceClaimName": "seven"}])
-        await core_api.create_namespaced_pod(namespace, pod)
+        await core_api.create_namespaced_pod(namespace, cast(Any, pod))
         await wait_bound(core_api, namespace, "seven")
         assert "gpu-2" not in await allocated_devices(api, namespace, "seven")
 
