@@ -4,7 +4,7 @@ series on the named GPU only, with its usual labels; DRA nodes get series for an
 from __future__ import annotations
 
 from hack.fake_dcgm.faults import ECC_DBE_ANNOTATION, XID_ANNOTATION, GpuFaults, node_faults
-from hack.fake_dcgm.render import gpu_uuid
+from hack.fake_dcgm.identity import gpu_uuid
 from tests.unit.test_fake_dcgm_builders import node, pod
 from tests.unit.test_fake_dcgm_render import keys, scrape
 
