@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from hack.fake_dcgm.dra_holders import DraHoldings, dra_holdings
+from hack.fake_dcgm.faults import GpuFaults, node_faults
 from hack.fake_dcgm.usage import FB_USED_ANNOTATION, USAGE_ANNOTATION
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -99,6 +100,8 @@ class NodeGpus:
     gpus: tuple[Gpu, ...]  # whole GPUs, by index
     mig_gpu_index: int | None  # physical GPU hosting the MIG instances, if any
     mig: tuple[MigInstance, ...]
+    faults: Mapping[int, GpuFaults] = field(default_factory=dict)
+    """Injected Xid / ECC faults by GPU index (`hack.fake_dcgm.faults`)."""
 
 
 @dataclass(frozen=True)
@@ -372,6 +375,7 @@ def assign(
         _add_dra(name, held, dra)
         mig = _assign_mig(mig_index, slots, node_pods, problems) if mig_index is not None else []
         annotations = _str_map(_dig(node, "metadata", "annotations"))
+        faults = node_faults(name, annotations, problems)
         product = _str_map(_dig(node, "metadata", "labels")).get(PRODUCT_LABEL)
         result.append(
             NodeGpus(
@@ -381,6 +385,7 @@ def assign(
                 gpus=tuple(Gpu(i, tuple(held[i])) for i in whole),
                 mig_gpu_index=mig_index,
                 mig=tuple(mig),
+                faults={i: f for i, f in faults.items() if i in whole},
             )
         )
     return Assignment(tuple(result), tuple(problems))

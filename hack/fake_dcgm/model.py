@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from hack.fake_dcgm.faults import GpuFaults
 from hack.fake_dcgm.holders import Assignment, Holder, MigInstance
 from hack.fake_dcgm.power import PowerModel, model_for
 from hack.fake_dcgm.trace import Trace
@@ -111,6 +112,7 @@ class PhysicalGpu:
     holders: tuple[Holder, ...] = ()
     loads: tuple[Load, ...] = ()  # parallel to holders
     mig: tuple[MigSlot, ...] = ()
+    faults: GpuFaults = field(default_factory=GpuFaults)
 
     @property
     def key(self) -> GpuKey:
@@ -187,8 +189,11 @@ def build_fleet(assignment: Assignment, trace: Trace | None, profiling: bool) ->
         on = profiling or node.profiling
         for gpu in node.gpus:
             loads = tuple(_load(h, trace, problems) for h in gpu.holders)
+            faults = node.faults.get(gpu.index, GpuFaults())
             gpus.append(
-                PhysicalGpu(node.name, gpu.index, node.product, power, on, gpu.holders, loads)
+                PhysicalGpu(
+                    node.name, gpu.index, node.product, power, on, gpu.holders, loads, (), faults
+                )
             )
         if node.mig_gpu_index is not None:
             slots = tuple(

@@ -50,13 +50,14 @@ class Placement:
 
 
 def place(cache: ClusterCache, pod: PodInfo, evaluation: Evaluation) -> Placement:
-    """The GPUs to take on the chosen node (best NVLink domain, see `topology.occupancy`)."""
+    """The GPUs to take on the chosen node (best NVLink domain, see `topology.occupancy`), never
+    one in use or reported sick (`ClusterCache.set_sick_gpus`)."""
     node = cache.names[evaluation.chosen]
     score = float(evaluation.total[evaluation.chosen])
     if pod.gpus == 0 or not cache.allocatable[evaluation.chosen, GPU]:
         return Placement(node, (), NO_DOMAIN, score)  # no GPUs, or they come from DRA there
     topology = cache.nodes[node].topology
-    choice = choose_gpus(topology, cache.node_gpus_used(node), pod.gpus)
+    choice = choose_gpus(topology, cache.node_gpus_unavailable(node), pod.gpus)
     if choice is None:  # filters guarantee enough free GPUs; keep the cycle safe regardless
         raise RuntimeError(f"node {node} has fewer than {pod.gpus} free GPUs after filtering")
     return Placement(node, tuple(choice.gpus), int(choice.domain), score)

@@ -8,6 +8,7 @@ from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.dynamic_resources import DynamicResources
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
+from scheduler.plugins.gpu_health import GpuHealth
 from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.node_ports import NodePorts
@@ -19,10 +20,10 @@ from scheduler.plugins.volume_binding import VolumeBinding
 
 
 def default_framework(settings: SchedulerConfig) -> Framework:
-    """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
-    score, DynamicResources (devices of ResourceClaims, chosen NVLink-aware), preferred node
-    affinity, and the GPU-fragmentation score that keeps free GPUs usable
-    (left out when weighted 0)."""
+    """The profile: kube-scheduler's filters that matter for GPU pods, GPUHealth (sick GPUs do
+    not count as free), the NVLink filter and score, DynamicResources (devices of
+    ResourceClaims, chosen NVLink-aware), preferred node affinity, and the GPU-fragmentation
+    score that keeps free GPUs usable (left out when weighted 0)."""
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
@@ -39,6 +40,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             affinity,
             NodePorts(),
             NodeResourcesFit(),
+            GpuHealth(),
             nvlink,
             VolumeBinding(),
             spread,

@@ -89,6 +89,13 @@ FULL: dict[str, Any] = {
         "nvlinkDomainAttribute": "gpu.nvidia.com/partition8",
         "gpuDrivers": ["gpu.nvidia.com", "gpu.example.com"],
     },
+    "health": {
+        "enabled": False,
+        "fatalXids": [48, 79],
+        "lookbackSeconds": 300.0,
+        "periodSeconds": 15.0,
+        "writeDeviceTaintRules": True,
+    },
 }
 
 
