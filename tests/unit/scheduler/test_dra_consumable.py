@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +24,7 @@ from scheduler.dra.consumable import (
     device_use,
     violates_policy,
 )
+from scheduler.kube.claims import allocation_json
 from scheduler.model.allocations import Allocation, DeviceResult
 from scheduler.model.claims import ResourceClaim
 from scheduler.model.device_capacity import CapacityRange, DeviceCapacity, RequestPolicy
@@ -322,3 +324,18 @@ def _share_result(index: int, memory: Decimal, consumed: bool = True) -> DeviceR
 
 def _whole_result(index: int, admin: bool = False) -> DeviceResult:
     return DeviceResult("gpus", "gpu.nvidia.com", "node-a", f"gpu-{index}", admin_access=admin)
+
+
+def test_the_status_write_carries_the_share_id_and_consumed_capacity() -> None:
+    [allocation] = in_turn([share("c", "9.5Gi")])
+    written = allocation_json(allocation, datetime(2026, 1, 1, tzinfo=UTC))
+    [entry] = written["devices"]["results"]
+    assert entry["shareID"] == allocation.results[0].share_id
+    assert entry["consumedCapacity"] == {"memory": "10Gi"}
+    [whole_gpu] = in_turn([whole("w")])
+    assert whole_gpu.results[0].consumed_capacity == {"memory": WHOLE}
+    [entry] = allocation_json(whole_gpu, datetime(2026, 1, 1, tzinfo=UTC))["devices"]["results"]
+    assert entry["consumedCapacity"] == {"memory": "140Gi"}
+    odd = Allocation(results=(_share_result(0, Decimal("1.5")),))
+    [entry] = allocation_json(odd, datetime(2026, 1, 1, tzinfo=UTC))["devices"]["results"]
+    assert entry["consumedCapacity"] == {"memory": "1.5"}
