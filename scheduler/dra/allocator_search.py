@@ -82,12 +82,13 @@ class Search:
         self._selection = selection
         self._in_use = use.taken
         self._shares = Shares(use)
+        self._shareable = any(c.entry.device.allow_multiple_allocations for c in candidates)
         self._max_steps, self._domains = limits
         self._constraints = [
             [Constraint(spec) for spec in claim.spec.constraints] for claim in claims
         ]
         self._taking: dict[DeviceID, set[int]] = {}
-        self._counters = CounterLedger(use.allocated())
+        self._counters = CounterLedger(use.allocated)
         self.results: list[list[Chosen]] = [[] for _ in claims]
         self.selected: dict[tuple[int, int], int] = {}
         """(claim, request) -> index of the firstAvailable entry allocated."""
@@ -195,7 +196,9 @@ class Search:
                 continue
             if not self._selection.selectable(data, candidate):
                 continue
-            if not self._capacity_fits(data, candidate, "checking"):
+            if self._capacity_counts(data, candidate) and not self._capacity_fits(
+                data, candidate, "checking"
+            ):
                 continue
             undo = self._take(data, candidate, must=False)
             if undo is None:
@@ -236,21 +239,20 @@ class Search:
             shareable = candidate.entry.device.allow_multiple_allocations
             return not (shareable and self._shares.in_use(candidate.id)) and serves(candidate)
 
-        busy = frozenset(
-            domains.get(candidate.id, UNKNOWN)
-            for candidate in self._candidates
-            if candidate.id in self._in_use
-            or bool(self._taking.get(candidate.id))
-            or self._shares.in_use(candidate.id)
-        )
+        busy = None
+        if self._shareable and data.spec.capacity_requests:
+            busy = frozenset(
+                domains.get(candidate.id, UNKNOWN)
+                for candidate in self._candidates
+                if candidate.id in self._in_use
+                or bool(self._taking.get(candidate.id))
+                or self._shares.in_use(candidate.id)
+            )
         phases = domain_phases(
-            self._candidates,
-            untouched,
-            data.num_devices,
-            domains,
-            claim_domains,
-            busy if data.spec.capacity_requests else None,
+            self._candidates, untouched, data.num_devices, domains, claim_domains, busy
         )
+        if not self._shareable:
+            return phases
         first = packed(self._candidates, serves, self._shares, data)
         return (first, *phases) if first else phases
 
@@ -260,6 +262,13 @@ class Search:
         if data.spec.admin_access:
             return not taking or data.claim_index not in taking
         return candidate.id not in self._in_use and not taking
+
+    @staticmethod
+    def _capacity_counts(data: RequestData, candidate: Candidate) -> bool:
+        """Whether capacity can rule the device out: a request for capacity, or a device that
+        allows multiple allocations (`Shares.fits` is True for any other)."""
+        device = candidate.entry.device
+        return bool(data.spec.capacity_requests) or device.allow_multiple_allocations
 
     def _capacity_fits(self, data: RequestData, candidate: Candidate, verb: str) -> bool:
         """`CmpRequestOverCapacity` for the candidate; an unrepresentable request is an error
@@ -305,7 +314,9 @@ class Search:
                     "because a claim constraint would not be satisfied"
                 )
             return None
-        if not self._capacity_fits(data, candidate, "rechecking"):
+        if self._capacity_counts(data, candidate) and not self._capacity_fits(
+            data, candidate, "rechecking"
+        ):
             for constraint in reversed(constraints):
                 constraint.remove(data.request, data.subrequest)
             if counted:

@@ -75,9 +75,10 @@ class DeviceUse:
         """Whether some share of `device` is allocated or in flight."""
         return device in self.shared or device in self.consumed
 
-    def allocated(self) -> frozenset[DeviceID]:
-        """Devices allocated whole or shared (`IsDeviceAllocated`: their counters count)."""
-        return self.taken | self.shared | frozenset(self.consumed)
+    def allocated(self, device: DeviceID) -> bool:
+        """Whether `device` is allocated whole or shared (`IsDeviceAllocated`: its counters
+        count)."""
+        return device in self.taken or self.sharing(device)
 
 
 def device_use(allocations: Iterable[Allocation]) -> DeviceUse:

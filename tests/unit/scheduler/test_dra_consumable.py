@@ -308,7 +308,8 @@ def test_device_use_reads_shares_and_whole_devices_apart() -> None:
     assert use.consumed == {gpu_id(0): {"memory": 15 * GI}}
     assert use.shared == frozenset({gpu_id(0), gpu_id(1)})
     assert use.sharing(gpu_id(1)) and not use.sharing(gpu_id(2))
-    assert DeviceUse().allocated() == frozenset()
+    assert use.allocated(gpu_id(1)) and use.allocated(gpu_id(2))
+    assert not use.allocated(gpu_id(3)) and not DeviceUse().allocated(gpu_id(0))
 
 
 def _share_result(index: int, memory: Decimal, consumed: bool = True) -> DeviceResult:
