@@ -18,7 +18,9 @@ returns a `NodeAllocation`:
 
 Errors of the attempt are raised, as upstream returns them as an Error status: `SelectorError`
 (scheduler.dra.selectors) from a selector, `AllocationError` for a missing DeviceClass, a
-request for all devices when a pool is being updated or invalid, a claim over 32 devices.
+request for all devices when a pool is being updated or invalid, a claim over 32 devices, a
+capacity request a device's request policy cannot represent ("... checking capacity for device
+<driver/pool/device>: capacity "<name>": capacity request cannot be represented ...").
 Check classes first with `missing_device_class` (PreFilter's words). Shared counters of
 partitionable devices are honoured, and so is consumable capacity (DRAConsumableCapacity): a
 device that allows multiple allocations is shared by requests while its capacities last, each

@@ -277,8 +277,9 @@ class Search:
             return self._shares.fits(data, candidate)
         except CapacityError as error:
             raise AllocationError(
-                f"claim {claim_label(self._claims[data.claim_index])}, request {data.name}: "
-                f"{verb} capacity for device {candidate.name}: {error}"
+                f"claim {claim_label(self._claims[data.claim_index])}, request "
+                f"{data.subrequest or data.request}: {verb} capacity for device "
+                f"{candidate.name}: {error}"
             ) from error
 
     def _take(

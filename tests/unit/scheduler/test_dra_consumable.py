@@ -267,8 +267,25 @@ def test_all_devices_with_capacity_requests() -> None:
 
 def test_an_unrepresentable_request_is_an_error_of_the_attempt() -> None:
     claim = share("odd", "2147483648.0001")
-    with pytest.raises(AllocationError, match="checking capacity for device"):
+    expected = (
+        "claim default/odd, request gpus: checking capacity for device "
+        'gpu.nvidia.com/node-a/gpu-0: capacity "memory": capacity request cannot be '
+        "represented in the device's range arithmetic: request 2147483648.0001 is not a "
+        "representable milli value"
+    )
+    with pytest.raises(AllocationError) as raised:
         allocate([claim], SHARED_POOLS)
+    assert str(raised.value) == expected
+    entry = make_claim(
+        "odd",
+        request(
+            "gpus",
+            None,
+            exact(name="s0", capacity={"requests": {"memory": "2147483648.0001"}}),
+        ),
+    )
+    with pytest.raises(AllocationError, match=r"^claim default/odd, request s0: checking"):
+        allocate([entry], SHARED_POOLS)
 
 
 def test_shared_counters_are_charged_by_the_first_share_only() -> None:
