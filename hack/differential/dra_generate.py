@@ -5,16 +5,18 @@
 - kwok Nodes whose GPUs are published as one ResourceSlice each, in the shape of NVIDIA's DRA
   driver (`hack.localcluster.dra`): 8 H200 in NVLink domains 0-3 and 4-7 (the local cluster's
   D8), 4 H100 (D4), and variants: 8 H200 on an older driver (570.124.6), 2 H100, 4 of a
-  Blackwell-class model (values made up: "NVIDIA B200", 180 GiB), and nodes without GPUs (no
-  slice). A few nodes carry a NoSchedule node taint.
+  Blackwell-class model (values made up: "NVIDIA B200", 180 GiB), 8 shared H200 (the local
+  cluster's S8: devices that allow multiple allocations, memory a consumable capacity), and
+  nodes without GPUs (no slice). A few nodes carry a NoSchedule node taint.
 - device taints: some devices tainted in their slice (effects NoSchedule, NoExecute, None) and
   DeviceTaintRules that taint one device or a whole pool (always naming the scenario's own
   pools, so a shared cluster's other devices are untouched);
 - the driver's `gpu.nvidia.com` DeviceClass (applied, shared with other users of the cluster) and
   a scenario class selecting H100s;
 - existing pods bound by `spec.nodeName`, each with a ResourceClaim whose allocation (1 to 4
-  devices of its node, chosen here) and reservation the installer writes, so some devices are
-  in use before any candidate is judged;
+  devices of its node, chosen here; on a shared node, shares of 40Gi or 100Gi with a `shareID`
+  and `consumedCapacity`) and reservation the installer writes, so some devices are in use
+  before any candidate is judged;
 - namespaces: two plain ones and one labelled `resource.kubernetes.io/admin-access: "true"`
   (admission allows `adminAccess` requests only there);
 - candidate pods with one or two pod claims, each a fresh ResourceClaim (`Candidate.claims`,
@@ -23,7 +25,8 @@
   only go where that claim's devices are). Claim specs mix ExactCount 1/2/4/8, All,
   firstAvailable, CEL selectors on productName, architecture, memory capacity, driverVersion and
   numaNode, matchAttribute / distinctAttribute on pcieRoot, numaNode and productName, request
-  tolerations of device taints, adminAccess, and a class that does not exist. Some pods add a
+  tolerations of device taints, adminAccess, a class that does not exist, and capacity requests
+  for memory (shares of the shared GPUs, a filter on the others). Some pods add a
   nodeSelector or a toleration of the node taint, so failure messages mix reasons.
 
 Some candidates ask for `nvidia.com/gpu` (1, 2, 4 or 8) and name no claim: the `gpu.nvidia.com`
@@ -32,8 +35,8 @@ pod a claim of its own on the nodes, which publish their GPUs only through DRA.
 Left out, and why: a claim that does not exist
 (kube-scheduler's PreEnqueue holds such a pod without a verdict, so there is nothing to
 compare); allocated claims reserved for nobody (kube-scheduler's PostFilter would deallocate
-them, changing the state under the comparison); consumable capacity, partitionable devices and
-binding conditions (the fake driver publishes none of them).
+them, changing the state under the comparison); partitionable devices and binding conditions
+(the fake driver publishes none of them).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class NodeKind:
     model: dra.GpuModel | None
     gpus: int
     domains: str | None
+    shared: bool = False
 
 
 NODE_KINDS = (
@@ -86,6 +90,7 @@ NODE_KINDS = (
     NodeKind("D2", dra.H100_GPU, 2, None),
     NodeKind("B4", B200, 4, "0-3"),
     NodeKind("cpu", None, 0, None),
+    NodeKind("S8", dra.H200_GPU, 8, "0-3,4-7", shared=True),
 )
 
 SELECTORS = (
@@ -121,6 +126,12 @@ REQUEST_TOLERATIONS = (
     {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"},
 )
 
+MEMORY_REQUESTS = ("10Gi", "40Gi", "60Gi", "100Gi", "150Gi", "9.5Gi")
+"""A request's `capacity.requests.memory`: shares of a shared H200 (143771Mi, default 140Gi,
+1Gi steps), or more than some GPUs have."""
+SHARES = ("40Gi", "100Gi")
+"""What an existing pod's share of a shared GPU consumes."""
+
 EXTENDED_SHARE = 0.1
 """Candidates that ask for `nvidia.com/gpu` instead of naming a claim."""
 DRA_FEATURES = (
@@ -149,6 +160,7 @@ DRA_FEATURES = (
     "missing-class",
     "node-selector",
     "node-toleration",
+    "capacity-request",
 )
 """Feature names a DRA candidate is tagged with (the agreement table's rows)."""
 
@@ -168,6 +180,8 @@ class DraScenario:
     installer adds reservedFor once the pod has its UID)."""
     candidates: list[Candidate] = field(default_factory=list)
     prefix: str = "dra"
+    shared_nodes: set[str] = field(default_factory=set)
+    """Nodes whose GPUs allow multiple allocations."""
 
     @property
     def namespace_names(self) -> list[str]:
@@ -210,7 +224,7 @@ def _node(rng: random.Random, name: str, kind: NodeKind) -> JsonObject:
 def _slice(rng: random.Random, name: str, kind: NodeKind) -> tuple[JsonObject, list[str]]:
     """The node's slice (some devices tainted) and the names of its untainted devices."""
     assert kind.model is not None
-    body = dra.node_resource_slice(name, "", kind.model, kind.gpus)
+    body = dra.node_resource_slice(name, "", kind.model, kind.gpus, kind.shared)
     free: list[str] = []
     for device in body["spec"]["devices"]:
         if rng.random() < 0.12:
@@ -287,29 +301,27 @@ def _existing(
         free[node].remove(device)
     namespace = rng.choice(scenario.namespace_names[:2])
     name = f"{scenario.prefix}-held-{index}"
-    spec = {
-        "devices": {
-            "requests": [
-                {
-                    "name": "gpus",
-                    "exactly": {
-                        "deviceClassName": dra.GPU_CLASS,
-                        "allocationMode": "ExactCount",
-                        "count": count,
-                    },
-                }
-            ]
-        }
+    exactly: JsonObject = {
+        "deviceClassName": dra.GPU_CLASS,
+        "allocationMode": "ExactCount",
+        "count": count,
     }
+    spec = {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}
+    results: list[JsonObject] = [
+        {"request": "gpus", "driver": dra.DRIVER, "pool": node, "device": d}
+        for d in sorted(devices)
+    ]
+    if node in scenario.shared_nodes:
+        memory = rng.choice(SHARES)
+        exactly["capacity"] = {"requests": {"memory": memory}}
+        for result in results:
+            high, low = rng.getrandbits(32), rng.getrandbits(48)
+            result["shareID"] = f"{high:08x}-0000-4000-8000-{low:012x}"
+            result["consumedCapacity"] = {"memory": memory}
     claim = _claim(name, namespace, spec, finalizers=[DELETE_PROTECTION])
     claim["status"] = {
         "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "gpus", "driver": dra.DRIVER, "pool": node, "device": d}
-                    for d in sorted(devices)
-                ]
-            },
+            "devices": {"results": results},
             "allocationTimestamp": ALLOCATED_AT,
             "nodeSelector": {
                 "nodeSelectorTerms": [
@@ -376,6 +388,9 @@ def _exact(
     if admin and rng.random() < 0.5:
         features.add("admin-access")
         found["adminAccess"] = True
+    if rng.random() < 0.2:
+        features.add("capacity-request")
+        found["capacity"] = {"requests": {"memory": rng.choice(MEMORY_REQUESTS)}}
     return found
 
 
@@ -516,6 +531,8 @@ def generate_dra(seed: int, nodes: int, pods: int, prefix: str = "dra") -> DraSc
         kind = NODE_KINDS[index % len(NODE_KINDS)] if index < len(NODE_KINDS) else None
         kind = kind or rng.choice(NODE_KINDS)
         scenario.nodes.append(_node(rng, name, kind))
+        if kind.shared:
+            scenario.shared_nodes.add(name)
         if kind.model is not None:
             body, untainted = _slice(rng, name, kind)
             scenario.slices.append(body)

@@ -4,7 +4,8 @@
 a fake dcgm-exporter and Prometheus, all on loopback, from binaries that `hack/build-binaries.sh`
 builds from their Go modules. `create_nodes` adds fake GPU nodes described by `NodeSpec`: their GPUs
 published as `nvidia.com/gpu` capacity (a device plugin's), or, for `gpu_api="dra"` (`D8`, `D4`),
-as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass; `delete_nodes`
+as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass (`S8`: GPUs
+shared by memory capacity, DRAConsumableCapacity); `delete_nodes`
 removes nodes with their slices, and `temporary_nodes` holds nodes for one block.
 `kueue.Kueue` runs Kueue against a started cluster, for the tests that ask for it.
 """
@@ -17,7 +18,9 @@ from hack.localcluster.nodes import (
     G1,
     G2,
     G2_EXPANSION,
+    S8,
     SEED_NODE_TYPES,
+    SHARED_NODE_TYPES,
     NodeSpec,
     create_nodes,
     delete_gpu_device_class,
@@ -35,7 +38,9 @@ __all__ = [
     "G1",
     "G2",
     "G2_EXPANSION",
+    "S8",
     "SEED_NODE_TYPES",
+    "SHARED_NODE_TYPES",
     "ClusterConfig",
     "ComponentError",
     "LocalCluster",

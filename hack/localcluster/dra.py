@@ -21,6 +21,12 @@ What is modelled on what (kubernetes-sigs/dra-driver-nvidia-gpu, the GPU kubelet
 - capacity `memory`: the GPU's total memory as a binary quantity (`fullGpuCapacity`,
   cmd/gpu-kubelet-plugin/partitions.go).
 
+Shared GPUs (`shared=True`, DRAConsumableCapacity): each GPU is published once with
+`allowMultipleAllocations: true` and its `memory` as a consumable capacity (`shared_gpu_capacity`):
+shares from 1Gi in steps of 1Gi, and a request that names no memory takes the default, the
+largest step within the GPU's memory (140Gi of an H200's 143771Mi), so a plain request for a GPU
+still gets it whole while requests for `capacity.requests.memory` share it.
+
 Values come from real recordings (tests/data/h200/, tests/data/h100/, checked by
 tests/unit/test_localcluster_dra.py): product, brand, architecture, memory, driver and CUDA
 versions, addressing mode. Not in the recordings and taken as NVML reports them: the brand string
@@ -175,14 +181,43 @@ def gpu_capacity(model: GpuModel) -> Json:
     return {"memory": {"value": f"{model.memory_mib}Mi"}}
 
 
-def node_gpu_device(model: GpuModel, node: str, index: int, gpu_count: int) -> Json:
-    """GPU `gpu-<index>` of `node` (which has `gpu_count` GPUs) as the driver publishes it."""
-    placement = gpu_placement(index, gpu_count)
+SHARE_STEP_MIB = 1024
+"""Memory shares of a shared GPU: at least, and in steps of, 1Gi."""
+
+
+def whole_share_gib(model: GpuModel) -> int:
+    """What a request that names no memory consumes of a shared GPU, in Gi: the largest step
+    within its memory."""
+    return model.memory_mib // SHARE_STEP_MIB
+
+
+def shared_gpu_capacity(model: GpuModel) -> Json:
+    """`memory` of a shared GPU as a consumable capacity (see the module docstring)."""
     return {
+        "memory": {
+            "value": f"{model.memory_mib}Mi",
+            "requestPolicy": {
+                "default": f"{whole_share_gib(model)}Gi",
+                "validRange": {"min": "1Gi", "step": "1Gi"},
+            },
+        }
+    }
+
+
+def node_gpu_device(
+    model: GpuModel, node: str, index: int, gpu_count: int, shared: bool = False
+) -> Json:
+    """GPU `gpu-<index>` of `node` (which has `gpu_count` GPUs) as the driver publishes it;
+    `shared`: as a device that allows multiple allocations."""
+    placement = gpu_placement(index, gpu_count)
+    device: Json = {
         "name": f"gpu-{index}",
         "attributes": gpu_attributes(model, gpu_uuid(node, index), placement),
-        "capacity": gpu_capacity(model),
+        "capacity": shared_gpu_capacity(model) if shared else gpu_capacity(model),
     }
+    if shared:
+        device["allowMultipleAllocations"] = True
+    return device
 
 
 def slice_name(node: str) -> str:
@@ -190,9 +225,11 @@ def slice_name(node: str) -> str:
     return f"0-{DRIVER}-{node}"
 
 
-def node_resource_slice(node: str, node_uid: str, model: GpuModel, gpu_count: int) -> Json:
+def node_resource_slice(
+    node: str, node_uid: str, model: GpuModel, gpu_count: int, shared: bool = False
+) -> Json:
     """The one ResourceSlice of `node` (UID `node_uid`, its owner): all its GPUs in the pool
-    named after it, generation 1."""
+    named after it, generation 1; `shared`: GPUs that allow multiple allocations."""
     if not 0 < gpu_count <= MAX_GPUS:
         raise ValueError(f"node {node}: a slice holds 1..{MAX_GPUS} GPUs, not {gpu_count}")
     owner = {
@@ -210,7 +247,9 @@ def node_resource_slice(node: str, node_uid: str, model: GpuModel, gpu_count: in
             "driver": DRIVER,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "nodeName": node,
-            "devices": [node_gpu_device(model, node, i, gpu_count) for i in range(gpu_count)],
+            "devices": [
+                node_gpu_device(model, node, i, gpu_count, shared) for i in range(gpu_count)
+            ],
         },
     }
 

@@ -23,7 +23,9 @@ nodes (of either kind) for one `async with` block.
 The three node types of the design (`SEED_NODE_TYPES`): G1 has 2 GPUs in one NVLink domain, G2 has
 4 GPUs in two domains of 2, G2-Expansion has 8 GPUs in two domains of 4. The DRA node types
 (`DRA_NODE_TYPES`, not among the seed types): D8 has 8 H200 GPUs in two domains of 4, D4 has 4
-H100 GPUs in two domains of 2.
+H100 GPUs in two domains of 2. A DRA spec with `shared_gpus` publishes its GPUs as devices that
+allow multiple allocations, with memory as a consumable capacity (DRAConsumableCapacity): S8 is
+D8 so (`SHARED_NODE_TYPES`, in no default set).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class NodeSpec:
     annotations: Mapping[str, str] = field(default_factory=dict)
     gpu_api: str = DEVICE_PLUGIN
     """`"device-plugin"` or `"dra"` (see the module docstring)."""
+    shared_gpus: bool = False
+    """With `"dra"`: GPUs shared by capacity (`hack.localcluster.dra.shared_gpu_capacity`)."""
 
     def __post_init__(self) -> None:
         if self.gpu_api not in GPU_APIS:
@@ -83,6 +87,8 @@ class NodeSpec:
                 f"node spec {self.type_name}: gpu_api must be one of {list(GPU_APIS)}, "
                 f"got {self.gpu_api!r}"
             )
+        if self.shared_gpus and self.gpu_api != DRA:
+            raise ValueError(f"node spec {self.type_name}: shared_gpus needs gpu_api 'dra'")
         if self.gpu_api == DRA:
             self.gpu_model()  # a known product, or ValueError
             if self.mig:
@@ -166,6 +172,9 @@ D4 = NodeSpec(
 )
 DRA_NODE_TYPES: tuple[NodeSpec, ...] = (D8, D4)
 """Nodes whose GPUs are published through DRA; not in `SEED_NODE_TYPES`."""
+S8 = replace(D8, type_name="S8", shared_gpus=True)
+SHARED_NODE_TYPES: tuple[NodeSpec, ...] = (S8,)
+"""Nodes whose DRA GPUs are shared by capacity; in no default set."""
 
 
 def spec_from_mapping(raw: Mapping[str, Any]) -> NodeSpec:
@@ -292,7 +301,7 @@ async def publish_node_slice(
     resource: client.ResourceV1Api, spec: NodeSpec, name: str, uid: str
 ) -> None:
     """Server-side apply the ResourceSlice of DRA node `name` (UID `uid`) of `spec`."""
-    body = dra.node_resource_slice(name, uid, spec.gpu_model(), spec.gpus)
+    body = dra.node_resource_slice(name, uid, spec.gpu_model(), spec.gpus, spec.shared_gpus)
     await resource.patch_resource_slice(
         dra.slice_name(name), body, field_manager=FIELD_MANAGER, force=True, **_APPLY
     )

@@ -18,35 +18,37 @@ returns a `NodeAllocation`:
 
 Errors of the attempt are raised, as upstream returns them as an Error status: `SelectorError`
 (scheduler.dra.selectors) from a selector, `AllocationError` for a missing DeviceClass, a
-request for all devices when a pool is being updated or invalid, a claim over 32 devices.
-Check classes first with `missing_device_class` (PreFilter's words). Not supported yet, and
-reported as the reason instead of allocating wrongly: capacity requests and devices that allow
-multiple allocations (DRAConsumableCapacity). Shared counters of partitionable devices are
-honoured.
+request for all devices when a pool is being updated or invalid, a claim over 32 devices, a
+capacity request a device's request policy cannot represent ("... checking capacity for device
+<driver/pool/device>: capacity "<name>": capacity request cannot be represented ...").
+Check classes first with `missing_device_class` (PreFilter's words). Shared counters of
+partitionable devices are honoured, and so is consumable capacity (DRAConsumableCapacity): a
+device that allows multiple allocations is shared by requests while its capacities last, each
+result a share with its `shareID` and `consumedCapacity` (`scheduler.dra.consumable`); with a
+domain map, shares fill partly used devices first (`scheduler.dra.allocator_packing`).
 
 The modules: `allocator_requests` (checks and per-request data), `allocator_select` (selectors,
-node selection, taints), `allocator_constraints`, `allocator_counters`, `allocator_order` (the
-NVLink order), `allocator_search` (the backtracking search), `allocator_results` (results,
-configs, node selector).
+node selection, taints), `allocator_constraints`, `allocator_counters`, `allocator_packing`
+(shares and their order), `allocator_order` (the NVLink order), `allocator_search` (the
+backtracking search), `allocator_results` (results, configs, node selector).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.dra.allocator_requests import (
     AllocationError,
-    DeviceID,
     candidates,
     claim_label,
     missing_device_class,
     prepare,
-    unsupported_request,
 )
 from scheduler.dra.allocator_results import build_allocation
 from scheduler.dra.allocator_search import Search, SearchExceeded
 from scheduler.dra.allocator_select import Selection
+from scheduler.dra.consumable import DeviceUse
 from scheduler.dra.selectors import SelectorMatcher
 from scheduler.model.allocations import Allocation
 from scheduler.model.claims import ResourceClaim
@@ -94,13 +96,16 @@ class Allocator:
         in_use: frozenset[tuple[str, str, str]],
         matcher: SelectorMatcher,
         max_steps: int = DEFAULT_MAX_STEPS,
+        shared: DeviceUse | None = None,
     ) -> None:
-        """`classes` by name; `in_use`: (driver, pool, device) allocated to any claim of the
-        cluster or in flight; `max_steps`: the search budget per `allocate`."""
+        """`classes` by name; `in_use`: (driver, pool, device) allocated whole to any claim of
+        the cluster or in flight; `max_steps`: the search budget per `allocate`; `shared`: the
+        shares of devices that allow multiple allocations (its `taken` is not read)."""
         self._classes = classes
         self._in_use = in_use
         self._matcher = matcher
         self._max_steps = max_steps
+        self._shared = shared or DeviceUse()
 
     def allocate(
         self,
@@ -116,21 +121,13 @@ class Allocator:
         None for upstream's order. `slices`: the ResourceSlices the pools came from, for the
         allocation's node selector (pools keep only slice names; a slice not given counts
         as local to the node). Raises `SelectorError` and `AllocationError`."""
-        unsupported = unsupported_request(claims)
-        if unsupported:
-            return NodeAllocation(None, unsupported)
         selection = Selection(
             self._matcher, node_name, labels, tuple(claim_label(claim) for claim in claims)
         )
         requests = prepare(claims, self._classes, pools, selection.selectable)
-        in_use: frozenset[DeviceID] = self._in_use
+        use = replace(self._shared, taken=self._in_use)
         search = Search(
-            claims,
-            requests,
-            candidates(pools),
-            selection,
-            in_use,
-            (self._max_steps, domains),
+            claims, requests, candidates(pools), selection, use, (self._max_steps, domains)
         )
         try:
             found = search.run()
@@ -141,8 +138,6 @@ class Allocator:
             return NodeAllocation(None, reason, exceeded=True, steps=search.steps)
         if not found:
             reason = INVALID_POOLS if any(pool.invalid for pool in pools) else CANNOT_ALLOCATE
-            if search.unsupported:
-                reason += f" ({', '.join(sorted(search.unsupported))} not supported yet)"
             return NodeAllocation(None, reason, steps=search.steps)
         selections = _slice_selections(slices)
         allocations = tuple(

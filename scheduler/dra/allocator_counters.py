@@ -4,14 +4,15 @@ may be allocated only while no counter of the pool would go below zero, as
 `checkAvailableCounters` and `deallocateCountersForDevice` (k8s.io/dynamic-resource-
 allocation@v0.37.2 structured/internal/incubating/allocator_incubating.go) have it.
 
-What is available in a pool is its counter sets less what its allocated devices (the caller's
-in-use set; devices of the pool the node does not see included) consume, computed once per
-pool; what the search is taking is tracked here and given back when it backtracks.
+What is available in a pool is its counter sets less what its allocated devices (taken whole
+or shared, `IsDeviceAllocated`; devices of the pool the node does not see included) consume,
+computed once per pool; what the search is taking is tracked here and given back when it backtracks.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from decimal import Decimal
 
 from scheduler.dra.allocator_requests import Candidate
@@ -24,8 +25,9 @@ Counters = dict[str, dict[str, Decimal]]
 class CounterLedger:
     """Counters available and being consumed, per pool, for one allocation attempt."""
 
-    def __init__(self, in_use: frozenset[tuple[str, str, str]]) -> None:
-        self._in_use = in_use
+    def __init__(self, allocated: Callable[[tuple[str, str, str]], bool]) -> None:
+        """`allocated`: whether a device is allocated to a claim, whole or shared."""
+        self._allocated = allocated
         self._available: dict[PoolID, Counters] = {}
         self._taking: dict[PoolID, Counters] = defaultdict(
             lambda: defaultdict(lambda: defaultdict(Decimal))
@@ -62,7 +64,7 @@ class CounterLedger:
             name: dict(counter_set.counters) for name, counter_set in pool.counter_sets.items()
         }
         for entry in (*pool.devices, *pool.devices_elsewhere):
-            if (pool.id.driver, pool.id.pool, entry.device.name) not in self._in_use:
+            if not self._allocated((pool.id.driver, pool.id.pool, entry.device.name)):
                 continue
             for consumption in entry.device.consumes_counters:
                 counters = available.get(consumption.name, {})

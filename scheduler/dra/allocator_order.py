@@ -6,8 +6,10 @@ candidates are tried in phases:
 
 1. for each domain with room for the request (at least `count` devices it could use now: not
    in use, matching, not tainted against it), tightest first (fewest such devices, so roomier
-   domains stay whole; a domain the claim's earlier requests already use first; then by domain
-   index), only that domain's devices: a solution found here keeps the request in one domain;
+   domains stay whole; a domain the claim's earlier requests already use first; for a share of
+   a device, a domain already broken, where some device is in use, before a domain that is
+   whole; then by domain index), only that domain's devices: a solution found here keeps the
+   request in one domain;
 2. then every device, domains ordered largest first (most usable devices; the claim's domains
    first; then by index) and devices of an unknown domain (-1 or absent) last, so a request that
    fits no domain spans as few as it can.
@@ -34,10 +36,12 @@ def domain_phases(
     need: int,
     domains: Mapping[DeviceID, int],
     preferred: frozenset[int],
+    busy: frozenset[int] | None = None,
 ) -> tuple[tuple[Candidate, ...], ...]:
     """The candidate lists to search in turn for a request wanting `need` devices; `usable`
     says whether a device could serve it now, `preferred` are the domains the claim already
-    uses."""
+    uses; `busy`, given for a share, the domains where some device is in use (tried before
+    whole domains)."""
 
     def domain(candidate: Candidate) -> int:
         found = domains.get(candidate.id, UNKNOWN)
@@ -50,7 +54,12 @@ def domain_phases(
     )
     fitting = sorted(
         (index for index, count in free.items() if count >= need),
-        key=lambda index: (index not in preferred, free[index], index),
+        key=lambda index: (
+            index not in preferred,
+            busy is not None and index not in busy,
+            free[index],
+            index,
+        ),
     )
     phases = [
         tuple(candidate for candidate in candidates if domain(candidate) == index)

@@ -15,8 +15,11 @@ structured/internal/incubating/allocator_incubating.go) check it:
 
 `missing_device_class` is kube-scheduler's PreFilter check (`validateDeviceClass` in
 k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go):
-the caller reports the pod unschedulable with its words. `unsupported_request` names what this
-allocator does not do yet (capacity requests of DRAConsumableCapacity).
+the caller reports the pod unschedulable with its words.
+
+An All request takes only the devices whose capacities could hold its capacity requests when
+nothing else uses them (upstream's static check): a device with too little capacity is not
+part of "all"; one whose capacity other shares use up makes the request fail.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from scheduler.dra.consumable import CapacityError, capacity_fits, published
 from scheduler.model.allocations import MAX_RESULTS
 from scheduler.model.claim_specs import RequestSpec
 from scheduler.model.claims import ResourceClaim
@@ -118,21 +122,6 @@ def missing_device_class(
     return ""
 
 
-def unsupported_request(claims: Sequence[ResourceClaim]) -> str:
-    """Why a claim asks for something not implemented yet ("" when nothing): capacity
-    requests (DRAConsumableCapacity) would need shares of devices that allow multiple
-    allocations."""
-    for claim in claims:
-        for request in claim.spec.requests:
-            for reference, spec in request.alternatives:
-                if spec.capacity_requests:
-                    return (
-                        f"claim {claim_label(claim)}, request {reference}: capacity requests "
-                        "(DRAConsumableCapacity) are not supported yet"
-                    )
-    return ""
-
-
 def prepare(
     claims: Sequence[ResourceClaim],
     classes: Mapping[str, DeviceClass],
@@ -209,5 +198,18 @@ def _request_data(
             raise AllocationError(
                 f"{label}: asks for all devices, but resource pool {pool.id} is currently invalid"
             )
-        every.extend(candidate for candidate in candidates((pool,)) if selectable(data, candidate))
+        for candidate in candidates((pool,)):
+            if selectable(data, candidate) and _static_fit(label, data, candidate):
+                every.append(candidate)
     return replace(data, all_devices=tuple(every), num_devices=len(every))
+
+
+def _static_fit(label: str, data: RequestData, candidate: Candidate) -> bool:
+    """Whether the device's capacities could hold the request with nothing else using them."""
+    device = candidate.entry.device
+    try:
+        return capacity_fits({}, data.spec.capacity_requests, published(device), {})
+    except CapacityError as error:
+        raise AllocationError(
+            f"{label}: checking capacity for device {device.name}: {error}"
+        ) from error

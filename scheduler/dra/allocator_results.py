@@ -4,7 +4,8 @@ incubating/allocator_incubating.go) build it:
 
 - results in the order the devices were chosen (claims' requests in order), each naming the
   request ("request/entry" for a firstAvailable entry), with adminAccess when the request asked
-  for it and the request's tolerations;
+  for it and the request's tolerations, and for a share of a device that allows multiple
+  allocations its `shareID` and `consumedCapacity`;
 - configs: each DeviceClass's configs once (source FromClass), naming the requests that use
   the class, then the claim's configs (FromClaim) that apply to a request or to the entry
   chosen for it (an entry not chosen does not count); a config that applies to every request
@@ -21,7 +22,8 @@ field for the conditions: a caller that waits for them reads them from the devic
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 
 from scheduler.dra.allocator_requests import Candidate, RequestData
 from scheduler.model.allocations import Allocation, DeviceResult
@@ -40,6 +42,10 @@ class Chosen:
 
     data: RequestData
     candidate: Candidate
+    share_id: str = ""
+    """The share taken of a device that allows multiple allocations ("" for a whole device)."""
+    consumed: Mapping[str, Decimal] = field(default_factory=dict)
+    """The share's consumed capacity, by capacity name as published."""
 
 
 def node_local(node_name: str) -> NodeSelector:
@@ -65,6 +71,8 @@ def build_allocation(
             pool=entry.candidate.id[1],
             device=entry.candidate.id[2],
             admin_access=entry.data.spec.admin_access,
+            share_id=entry.share_id,
+            consumed_capacity=entry.consumed,
             tolerations=entry.data.spec.tolerations,
         )
         for entry in chosen

@@ -8,19 +8,24 @@ allocator_incubating.go) search:
 - a request for `count` devices tries combinations only (the next device of the same request
   comes after the previous one in the candidate order), so the search is complete without
   trying permutations; a request for all devices takes exactly its precomputed devices;
-- a device is taken when it is not in use (in the caller's in-use set, or taken for an earlier
-  claim or request of this attempt; a request with admin access skips that test except for its
-  own claim's devices), the selectors accept it, it allows a single allocation, its shared
-  counters suffice, its taints are tolerated, and the claim's constraints still hold;
+- a device is taken when it is not in use (taken whole by a claim of the cluster, or for an
+  earlier claim or request of this attempt; a request with admin access skips that test except
+  for its own claim's devices), the selectors accept it, its capacities fit the request
+  (`scheduler.dra.consumable`), its shared counters suffice, its taints are tolerated, and the
+  claim's constraints still hold;
+- a device that allows multiple allocations (DRAConsumableCapacity) is never taken whole: each
+  result on it is a share with a new `shareID` and its `consumedCapacity`, and further requests,
+  of this attempt or later ones, may share it while the capacity lasts; its shared counters are
+  charged by its first share only (`allocateDevice`'s `skipCounterCheck`);
 - a claim never gets more than 32 results: when what is left of a request cannot fit, the
   search backs out of the request at once ("limit"), which lets a firstAvailable request try an
   entry that needs fewer devices.
 
 `Search.steps` counts the work: each attempt (upstream's `allocateOne` invocations) and each
 candidate device examined; past `max_steps` the search stops with `SearchExceeded`. Candidate
-order is upstream's unless NVLink domains are given (`scheduler.dra.allocator_order`). Devices
-that allow multiple allocations (DRAConsumableCapacity) are not taken yet;
-`Search.unsupported` says when one was passed over.
+order is upstream's unless NVLink domains are given (`scheduler.dra.allocator_order`); then a
+request first tries the devices already shared where it fits, tightest fit first
+(`scheduler.dra.allocator_packing`), and only then untouched ones.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from enum import Enum
 from scheduler.dra.allocator_constraints import Constraint
 from scheduler.dra.allocator_counters import CounterLedger
 from scheduler.dra.allocator_order import UNKNOWN, domain_phases
+from scheduler.dra.allocator_packing import Shares, packed
 from scheduler.dra.allocator_requests import (
     AllocationError,
     Candidate,
@@ -40,10 +46,9 @@ from scheduler.dra.allocator_requests import (
 )
 from scheduler.dra.allocator_results import Chosen
 from scheduler.dra.allocator_select import Selection, taint_prevents
+from scheduler.dra.consumable import CapacityError, DeviceUse, new_share_id
 from scheduler.model.allocations import MAX_RESULTS
 from scheduler.model.claims import ResourceClaim
-
-MULTIPLE_ALLOCATIONS = "devices that allow multiple allocations (DRAConsumableCapacity)"
 
 
 class SearchExceeded(Exception):
@@ -66,26 +71,28 @@ class Search:
         requests: tuple[tuple[tuple[RequestData, ...], ...], ...],
         candidates: tuple[Candidate, ...],
         selection: Selection,
-        in_use: frozenset[DeviceID],
+        use: DeviceUse,
         limits: tuple[int, Mapping[DeviceID, int] | None],
     ) -> None:
-        """`limits`: the step budget and the NVLink domain map (None: upstream's order)."""
+        """`use`: what claims of the cluster and in flight hold; `limits`: the step budget and
+        the NVLink domain map (None: upstream's order)."""
         self._claims = claims
         self._requests = requests
         self._candidates = candidates
         self._selection = selection
-        self._in_use = in_use
+        self._in_use = use.taken
+        self._shares = Shares(use)
+        self._shareable = any(c.entry.device.allow_multiple_allocations for c in candidates)
         self._max_steps, self._domains = limits
         self._constraints = [
             [Constraint(spec) for spec in claim.spec.constraints] for claim in claims
         ]
         self._taking: dict[DeviceID, set[int]] = {}
-        self._counters = CounterLedger(in_use)
+        self._counters = CounterLedger(use.allocated)
         self.results: list[list[Chosen]] = [[] for _ in claims]
         self.selected: dict[tuple[int, int], int] = {}
         """(claim, request) -> index of the firstAvailable entry allocated."""
         self.steps = 0
-        self.unsupported: set[str] = set()
 
     def run(self) -> bool:
         """Whether a solution was found (then `results` and `selected` hold it)."""
@@ -189,6 +196,10 @@ class Search:
                 continue
             if not self._selection.selectable(data, candidate):
                 continue
+            if self._capacity_counts(data, candidate) and not self._capacity_fits(
+                data, candidate, "checking"
+            ):
+                continue
             undo = self._take(data, candidate, must=False)
             if undo is None:
                 continue
@@ -211,23 +222,39 @@ class Search:
     def _phases(self, data: RequestData) -> tuple[tuple[Candidate, ...], ...]:
         if self._domains is None:
             return (self._candidates,)
+        domains = self._domains
         claim_domains = frozenset(
-            self._domains.get(entry.candidate.id, UNKNOWN)
-            for entry in self.results[data.claim_index]
+            domains.get(entry.candidate.id, UNKNOWN) for entry in self.results[data.claim_index]
         ) - {UNKNOWN}
 
-        def usable(candidate: Candidate) -> bool:
-            device = candidate.entry.device
+        def serves(candidate: Candidate) -> bool:
             return (
                 self._free_for(data, candidate)
-                and not device.allow_multiple_allocations
                 and self._selection.selectable(data, candidate)
-                and not taint_prevents(device, data.spec)
+                and not taint_prevents(candidate.entry.device, data.spec)
             )
 
-        return domain_phases(
-            self._candidates, usable, data.num_devices, self._domains, claim_domains
+        def untouched(candidate: Candidate) -> bool:
+            """Free whole: not in use, and for a shareable device without any share."""
+            shareable = candidate.entry.device.allow_multiple_allocations
+            return not (shareable and self._shares.in_use(candidate.id)) and serves(candidate)
+
+        busy = None
+        if self._shareable and data.spec.capacity_requests:
+            busy = frozenset(
+                domains.get(candidate.id, UNKNOWN)
+                for candidate in self._candidates
+                if candidate.id in self._in_use
+                or bool(self._taking.get(candidate.id))
+                or self._shares.in_use(candidate.id)
+            )
+        phases = domain_phases(
+            self._candidates, untouched, data.num_devices, domains, claim_domains, busy
         )
+        if not self._shareable:
+            return phases
+        first = packed(self._candidates, serves, self._shares, data)
+        return (first, *phases) if first else phases
 
     def _free_for(self, data: RequestData, candidate: Candidate) -> bool:
         """The in-use test: admin access only avoids its own claim's devices."""
@@ -235,6 +262,25 @@ class Search:
         if data.spec.admin_access:
             return not taking or data.claim_index not in taking
         return candidate.id not in self._in_use and not taking
+
+    @staticmethod
+    def _capacity_counts(data: RequestData, candidate: Candidate) -> bool:
+        """Whether capacity can rule the device out: a request for capacity, or a device that
+        allows multiple allocations (`Shares.fits` is True for any other)."""
+        device = candidate.entry.device
+        return bool(data.spec.capacity_requests) or device.allow_multiple_allocations
+
+    def _capacity_fits(self, data: RequestData, candidate: Candidate, verb: str) -> bool:
+        """`CmpRequestOverCapacity` for the candidate; an unrepresentable request is an error
+        of the attempt."""
+        try:
+            return self._shares.fits(data, candidate)
+        except CapacityError as error:
+            raise AllocationError(
+                f"claim {claim_label(self._claims[data.claim_index])}, request "
+                f"{data.subrequest or data.request}: {verb} capacity for device "
+                f"{candidate.name}: {error}"
+            ) from error
 
     def _take(
         self, data: RequestData, candidate: Candidate, *, must: bool
@@ -244,10 +290,10 @@ class Search:
         device = candidate.entry.device
         if not self._free_for(data, candidate):
             return None
-        if device.allow_multiple_allocations:
-            self.unsupported.add(MULTIPLE_ALLOCATIONS)
-            return None
-        counted = bool(device.consumes_counters)
+        shareable = device.allow_multiple_allocations
+        counted = bool(device.consumes_counters) and not (
+            shareable and self._shares.in_use(candidate.id)
+        )
         if counted and not self._counters.reserve(candidate):
             return None
         if taint_prevents(device, data.spec):
@@ -269,13 +315,26 @@ class Search:
                     "because a claim constraint would not be satisfied"
                 )
             return None
-        self._taking.setdefault(candidate.id, set()).add(data.claim_index)
+        if self._capacity_counts(data, candidate) and not self._capacity_fits(
+            data, candidate, "rechecking"
+        ):
+            for constraint in reversed(constraints):
+                constraint.remove(data.request, data.subrequest)
+            if counted:
+                self._counters.release(candidate)
+            return None
+        consumed = self._shares.take(data, candidate) if shareable else {}
+        if not shareable:
+            self._taking.setdefault(candidate.id, set()).add(data.claim_index)
         results = self.results[data.claim_index]
-        results.append(Chosen(data, candidate))
+        results.append(Chosen(data, candidate, new_share_id() if shareable else "", consumed))
 
         def undo() -> None:
             results.pop()
-            self._taking[candidate.id].discard(data.claim_index)
+            if shareable:
+                self._shares.give_back(candidate, consumed)
+            else:
+                self._taking[candidate.id].discard(data.claim_index)
             for constraint in reversed(constraints):
                 constraint.remove(data.request, data.subrequest)
             if counted:

@@ -6,7 +6,8 @@ taints, counters), which of them are in use, their NVLink domains, the node's la
 that select nodes) and the names in the results. For nodes whose devices are all published in
 node-local slices (`nodeName`, the way NVIDIA's driver and most drivers publish GPUs), two nodes
 reach the same verdict when, pool by pool and device by device in the allocator's order, their
-devices have the same name, the same *shape*, the same in-use state and the same domain, and the
+devices have the same name, the same *shape*, the same in-use state (taken whole, and the
+capacity their shares consume) and the same domain, and the
 pools agree on being incomplete or invalid. A device's shape is everything of it but its identity
 attributes (`IDENTITY_ATTRIBUTES`: the GPU's UUID and PCI bus ID, different on every node); so
 the grouping holds only for claims whose selectors and constraints cannot read an identity
@@ -14,7 +15,7 @@ attribute: every attribute access in their CEL must name its domain and attribut
 (`device.attributes['gpu.nvidia.com'].productName`) and none may name an identity attribute;
 otherwise (`groupable` False) every node is allocated on its own.
 
-`node_shape(...).signature(in_use)` is None for a node the grouping does not cover (a pool with
+`node_shape(...).signature(use)` is None for a node the grouping does not cover (a pool with
 shared counters or with devices in slices of other nodes), which is then allocated on its own.
 The results (device names per claim) are the same within a group; the pool names differ, which
 is why the caller allocates the chosen node again for its own results
@@ -27,6 +28,7 @@ import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from scheduler.dra.consumable import DeviceUse
 from scheduler.model.claims import ResourceClaim
 from scheduler.model.device_classes import DeviceClass
 from scheduler.model.devices import Device
@@ -95,11 +97,26 @@ class NodeShape:
     key: Hashable | None
     ids: tuple[tuple[str, str, str], ...] = ()
 
-    def signature(self, in_use: frozenset[tuple[str, str, str]]) -> Hashable | None:
-        """The node's group key for the allocator (None: allocate this node on its own)."""
+    def signature(self, use: DeviceUse) -> Hashable | None:
+        """The node's group key for the allocator (None: allocate this node on its own): the
+        shape and, per device, whether it is taken whole and what its shares consume."""
         if self.key is None:
             return None
-        return (self.key, tuple([device in in_use for device in self.ids]))
+        if not use.shared and not use.consumed:
+            return (self.key, tuple([device in use.taken for device in self.ids]))
+        return (
+            self.key,
+            tuple(
+                [
+                    (
+                        device in use.taken,
+                        device in use.shared,
+                        tuple(sorted(use.consumed.get(device, {}).items())),
+                    )
+                    for device in self.ids
+                ]
+            ),
+        )
 
 
 def node_shape(

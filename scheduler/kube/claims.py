@@ -53,6 +53,7 @@ from scheduler.model.device_taints import DeviceToleration
 from scheduler.model.dra_fields import OpaqueConfig
 from scheduler.model.fields import SelectorRequirement
 from scheduler.model.node_selection import NodeSelector
+from scheduler.model.quantity import BINARY_SUFFIXES
 
 
 class ClaimWriteError(PreBindError):
@@ -196,7 +197,14 @@ def _result_json(result: DeviceResult) -> dict[str, Any]:
 
 
 def _quantity(value: Decimal) -> str:
-    """A quantity in plain decimal notation (the API server canonicalizes it)."""
+    """A quantity as the API server would print it: a whole multiple of 1Ki with the largest
+    binary suffix that keeps it whole (`10Gi`, as kube-scheduler writes a share rounded on a
+    binary step), anything else in plain decimal notation (the API server canonicalizes it)."""
+    if value > 0 and value == value.to_integral_value():
+        whole = int(value)
+        for suffix, factor in reversed(BINARY_SUFFIXES.items()):
+            if whole % factor == 0:
+                return f"{whole // factor}{suffix}"
     return format(value.normalize(), "f")
 
 

@@ -26,7 +26,9 @@ with the device choice made NVLink-aware by `scheduler.dra`.
                                 the NVLink plugin's kernel) over each feasible node's
                                 NVLink-mapped devices (`scheduler.dra.domains`): the devices the
                                 pod's allocations take against the free devices per domain, so
-                                a node where they fit one domain, tightly, scores best; None
+                                a node where they fit one domain, tightly, scores best; a node
+                                where they are only shares of GPUs already shared (consumable
+                                capacity, nothing whole broken) gets the top score; None
                                 when they take no mapped device. Upstream scores only
                                 firstAvailable choices; gpu-scheduler's allocator already
                                 prefers the earlier alternatives (it tries them in order).
@@ -51,6 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.dra.allocator import AllocationError, Allocator
+from scheduler.dra.consumable import DeviceUse
 from scheduler.dra.domains import DeviceDomains, device_domains
 from scheduler.dra.equivalence import NodeShape, groupable, node_shape
 from scheduler.dra.extended import ExtendedClaim
@@ -64,7 +67,7 @@ from scheduler.model.pools import Pool
 from scheduler.plugins.extended_resources import ExtendedClaims, mapped_resources
 from scheduler.state.dra import DraStore
 from scheduler.state.dra_handlers import DYNAMIC_RESOURCES
-from topology.scoring import DEFAULT_WEIGHTS, ScoreWeights, normalize, score_nodes
+from topology.scoring import DEFAULT_WEIGHTS, MAX_SCORE, ScoreWeights, normalize, score_nodes
 from topology.text import clip
 
 NAME = DYNAMIC_RESOURCES
@@ -125,11 +128,13 @@ class DomainOccupancy:
     wanted: int
 
 
-def _holds_taken(pools: tuple[Pool, ...], in_use: frozenset[tuple[str, str, str]]) -> bool:
-    """Whether any device of `pools` is taken by a claim: only then can evicting pods (whose
-    claims give devices back) make room for an allocation that failed."""
+def _holds_taken(pools: tuple[Pool, ...], use: DeviceUse) -> bool:
+    """Whether any device of `pools` is taken by a claim, whole or a share: only then can
+    evicting pods (whose claims give devices and capacity back) make room for an allocation
+    that failed."""
     return any(
-        (pool.id.driver, pool.id.pool, entry.device.name) in in_use
+        (device := (pool.id.driver, pool.id.pool, entry.device.name)) in use.taken
+        or use.sharing(device)
         for pool in pools
         for entry in pool.devices
     )
@@ -137,21 +142,24 @@ def _holds_taken(pools: tuple[Pool, ...], in_use: frozenset[tuple[str, str, str]
 
 def domain_occupancy(
     domains: DeviceDomains,
-    in_use: frozenset[tuple[str, str, str]],
+    use: DeviceUse,
     allocations: tuple[Allocation, ...],
 ) -> DomainOccupancy | None:
-    """The node's `DomainOccupancy` for `allocations` (None when they take no mapped device)."""
-    wanted = sum(
-        1
+    """The node's `DomainOccupancy` for `allocations` (None when they take no mapped device).
+    A device taken whole or shared is not free; a share of a device already shared breaks no
+    free device, so it is not `wanted` (allocations made only of such shares: `wanted` 0)."""
+    mapped = [
+        result
         for allocation in allocations
         for result in allocation.results
         if result.device_id in domains.domain_of
-    )
-    if not wanted:
+    ]
+    if not mapped:
         return None
+    wanted = len({r.device_id for r in mapped if not use.sharing(r.device_id)})
     free = list(domains.domain_size)
     for device, domain in domains.domain_of.items():
-        if device in in_use and domain < len(free):
+        if (device in use.taken or use.sharing(device)) and domain < len(free):
             free[domain] -= 1
     return DomainOccupancy(tuple(max(f, 0) for f in free), tuple(domains.domain_size), wanted)
 
@@ -318,7 +326,8 @@ class DynamicResources:
         total = size.sum(axis=1)  # total: (n,)
         used = total - free.sum(axis=1)  # used: (n,)
         points = np.zeros(snapshot.rows, dtype=np.float64)  # points: (rows,)
-        for g in np.unique(wanted):
+        points[rows[wanted == 0]] = MAX_SCORE  # only shares of devices already shared: packed
+        for g in np.unique(wanted[wanted > 0]):
             pick = wanted == g  # pick: (n,)
             breakdown = score_nodes(
                 int(g), free[pick], size[pick], total[pick], used[pick], self.weights
@@ -341,14 +350,14 @@ class DynamicResources:
         unallocatable = np.zeros(rows, dtype=bool)  # unallocatable: (rows,)
         freeable = np.zeros(rows, dtype=bool)  # freeable: (rows,) some device there is taken
         look = snapshot.valid if state.passed is None else state.passed & snapshot.valid
-        in_use = store.in_use()
+        use = store.device_use()
         extended = claim_state.extended
         if extended is not None:
             extended.prepare(snapshot)
             if not claim_state.claims:  # only its extended resources: rows that serve them
                 look = look & extended.delegated_rows()
         allocator = (
-            Allocator(store.classes, in_use, self.matcher)
+            Allocator(store.classes, use.taken, self.matcher, shared=use)
             if claim_state.to_allocate or extended is not None
             else None
         )
@@ -366,14 +375,14 @@ class DynamicResources:
                 continue
             key = (
                 (extended.variant_on(int(row)) if extended else (),
-                 self.shape(store, node).signature(in_use))
+                 self.shape(store, node).signature(use))
                 if grouped
                 else None
             )  # fmt: skip
             verdict = verdicts.get(key) if key is not None else None
             if verdict is None:
                 found, reason, domains = self._allocate(allocator, claims, store, node)
-                occupancy = None if found is None else domain_occupancy(domains, in_use, found)
+                occupancy = None if found is None else domain_occupancy(domains, use, found)
                 verdict = (found is not None, reason, occupancy)
                 if found is not None:
                     claim_state.allocations[int(row)] = found
@@ -382,7 +391,7 @@ class DynamicResources:
             fits, reason, occupancy = verdict
             if not fits:
                 unallocatable[row] = True
-                freeable[row] = _holds_taken(store.pools_for(node.name, node.labels), in_use)
+                freeable[row] = _holds_taken(store.pools_for(node.name, node.labels), use)
                 claim_state.reasons[int(row)] = reason or CANNOT_ALLOCATE
             elif not available:  # upstream allocates first: its errors and verdict come first
                 unavailable[row] = True

@@ -9,17 +9,21 @@ dra_manager.go) in one object:
 - `pools_for(node, labels)`: the pools a node sees (`scheduler.model.pools.gather_pools` over
   the slices of the pools that have a slice for the node or for every node), with the
   DeviceTaintRules applied as device taints; kept per node until a slice or rule changes.
-- `in_use()`: every device allocated to any claim in the cluster (admin access results
-  aside, as upstream), plus every device of an allocation in flight here: what no new
-  allocation may take (the API server does not check that a device is allocated to one claim
-  only).
+- `in_use()`: every device allocated whole to any claim in the cluster (admin access results
+  and shares of devices that allow multiple allocations aside, as upstream), plus every such
+  device of an allocation in flight here: what no new allocation may take (the API server
+  does not check that a device is allocated to one claim only).
+- `device_use()`: the same with the shares (DRAConsumableCapacity): per device that allows
+  multiple allocations, the capacity its allocated and in-flight shares consume and whether it
+  has any (`scheduler.dra.consumable.DeviceUse`), what the allocator needs to share a device.
 - `class_for_resource(name)`: the DeviceClass serving an extended resource (its
   `extendedResourceName`, or `deviceclass.resource.kubernetes.io/<class>`; of two classes naming
   the same resource the newer serves it, on a tie the smaller name, as
   k8s.io/dynamic-resource-allocation@v0.37.2 deviceclass/extendedresourcecache does), and
   `extended_claim_of(pod_uid)`: the claim made for a pod's extended resources.
 - `released(gone_uids, is_live, gone_keys)`: the what-if of victim selection: within the block
-  the devices of the claims the gone pods would free count as free (see `released`).
+  the devices of the claims the gone pods would free count as free, and the capacity those
+  claims' shares consume as given back (see `released`).
 - `gpu_devices_by_pod(drivers)` / `gpu_devices_of(pod_uid, drivers)`: the GPUs a pod holds
   through the claims reserved for it (`reserved_gpu_devices`), for reclaim, preemption and
   accounting, which count a DRA pod's GPUs there instead of in `PodInfo.gpus`.
@@ -36,8 +40,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from scheduler.dra.consumable import DeviceUse, device_use
 from scheduler.dra.equivalence import device_shape
 from scheduler.dra.extended import GENERATE_NAME_SUFFIX
 from scheduler.model.allocations import Allocation
@@ -69,10 +74,20 @@ class _NodePools:
 
 
 def taken_devices(allocation: Allocation) -> Iterable[DeviceID]:
-    """The devices an allocation takes from others: all its results but those with admin
-    access, which kube-scheduler does not count as allocated either
-    (k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/
-    allocateddevices.go)."""
+    """The devices an allocation takes whole from others: all its results but those with admin
+    access, which kube-scheduler does not count as allocated either, and shares (a `shareID`),
+    which leave the device to other shares (k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/
+    plugins/dynamicresources/allocateddevices.go)."""
+    return (
+        result.device_id
+        for result in allocation.results
+        if not result.admin_access and not result.share_id
+    )
+
+
+def held_devices(allocation: Allocation) -> Iterable[DeviceID]:
+    """The devices an allocation holds, whole or a share: all its results but those with admin
+    access (watching a device is not holding it)."""
     return (result.device_id for result in allocation.results if not result.admin_access)
 
 
@@ -80,15 +95,16 @@ def reserved_gpu_devices(
     claims: Iterable[ResourceClaim], drivers: Collection[str]
 ) -> dict[str, int]:
     """Pod uid -> how many GPUs it holds through `claims`: for every allocated claim, its
-    distinct devices whose driver is in `drivers`, admin-access results aside (`taken_devices`:
-    watching a device is not holding it), counted for each pod in its `status.reservedFor` (a
-    claim shared by several pods counts for each, as a time-sliced GPU does). Pure."""
+    distinct devices whose driver is in `drivers`, admin-access results aside (`held_devices`:
+    watching a device is not holding it; a share of a device that allows multiple allocations
+    holds it), counted for each pod in its `status.reservedFor` (a claim shared by several pods
+    counts for each, as a time-sliced GPU does). Pure."""
     wanted = frozenset(drivers)
     held: dict[str, int] = {}
     for claim in claims:
         if claim.allocation is None or not claim.reserved_for:
             continue
-        devices = {d for d in taken_devices(claim.allocation) if d[0] in wanted}
+        devices = {d for d in held_devices(claim.allocation) if d[0] in wanted}
         if not devices:
             continue
         for ref in claim.reserved_for:
@@ -112,8 +128,11 @@ class DraStore:
         self._node_pools: dict[str, set[PoolID]] | None = None
         self._shared_pools: set[PoolID] | None = None
         self._in_use: frozenset[DeviceID] | None = None
+        self._device_use: DeviceUse | None = None
         self._released: frozenset[DeviceID] = frozenset()
         """Devices of claims a `released` block now running counts as free."""
+        self._released_claims: frozenset[str] = frozenset()
+        """Claims (keys) whose shares a `released` block now running gives back."""
         self._released_keys: frozenset[str] = frozenset()
         """Pods whose in-flight allocations a `released` block now running gives back."""
         self._shapes: dict[int, tuple[Device, int]] = {}
@@ -174,12 +193,12 @@ class DraStore:
         flying = self._in_flight.get(claim.key)
         if flying is not None and (claim.allocation is not None or claim.uid != flying.claim_uid):
             del self._in_flight[claim.key]
-        self._in_use = None
+        self._uses_changed()
         return old != claim
 
     def drop_claim(self, key: str) -> bool:
         self._in_flight.pop(key, None)
-        self._in_use = None
+        self._uses_changed()
         claim = self.claims.pop(key, None)
         owner = claim.controller.uid if claim is not None and claim.controller else None
         if owner is not None and self._extended_claims.get(owner) == key:
@@ -218,7 +237,7 @@ class DraStore:
         """Record the allocations (claim key -> (claim uid, allocation)) decided for `pod_key`."""
         for claim_key, (uid, allocation) in allocations.items():
             self._in_flight[claim_key] = InFlight(pod_key, uid, allocation)
-        self._in_use = None
+        self._uses_changed()
 
     def revert(self, pod_key: str) -> bool:
         """Give back every in-flight allocation of `pod_key`; True if there was one."""
@@ -226,7 +245,7 @@ class DraStore:
         for key in keys:
             del self._in_flight[key]
         if keys:
-            self._in_use = None
+            self._uses_changed()
         return bool(keys)
 
     def in_flight(self, claim_key: str) -> InFlight | None:
@@ -242,7 +261,20 @@ class DraStore:
         gone_uids: Collection[str],
         is_live: Callable[[str], bool],
     ) -> frozenset[DeviceID]:
-        """The devices of allocated claims that come free once the pods with uids `gone_uids`
+        """The devices taken whole by the claims `freed_claims` names."""
+        freed: set[DeviceID] = set()
+        for key in self.freed_claims(gone_uids, is_live):
+            allocation = self.claims[key].allocation
+            assert allocation is not None  # freed_claims names allocated claims only
+            freed.update(taken_devices(allocation))
+        return frozenset(freed)
+
+    def freed_claims(
+        self,
+        gone_uids: Collection[str],
+        is_live: Callable[[str], bool],
+    ) -> frozenset[str]:
+        """The allocated claims (keys) that are deallocated once the pods with uids `gone_uids`
         are gone and the resourceclaim controller has done its work:
 
         - a claim generated for one of them (its controller owner) is deleted with it;
@@ -253,7 +285,7 @@ class DraStore:
 
         A claim reserved for a consumer that is not a pod is never freed."""
         gone = set(gone_uids)
-        freed: set[DeviceID] = set()
+        freed: set[str] = set()
         for claim in self.claims.values():
             if claim.allocation is None:
                 continue
@@ -264,7 +296,7 @@ class DraStore:
                 ref.is_pod and (ref.uid in gone or not is_live(ref.uid)) for ref in reserved
             )
             if owned_by_gone or consumers_gone:
-                freed.update(taken_devices(claim.allocation))
+                freed.add(claim.key)
         return frozenset(freed)
 
     @contextmanager
@@ -274,19 +306,21 @@ class DraStore:
         is_live: Callable[[str], bool],
         gone_keys: Collection[str] = (),
     ) -> Iterator[None]:
-        """Within the block, `in_use()` leaves out the devices of the claims `freed_by` names
-        and the allocations in flight for the pods `gone_keys` (blocks nest); allocations
-        assumed inside the block count as usual. Afterwards everything counts again. Nothing
-        is written: the claims stay as they are."""
-        saved = self._released, self._released_keys
+        """Within the block, `in_use()` leaves out the devices of the claims `freed_claims`
+        names and the allocations in flight for the pods `gone_keys` (blocks nest), and
+        `device_use()` the shares of both; allocations assumed inside the block count as usual.
+        Afterwards everything counts again. Nothing is written: the claims stay as they are."""
+        saved = self._released, self._released_keys, self._released_claims
+        freed = self.freed_claims(gone_uids, is_live)
         self._released = saved[0] | self.freed_by(gone_uids, is_live)
         self._released_keys = saved[1] | frozenset(gone_keys)
-        self._in_use = None
+        self._released_claims = saved[2] | freed
+        self._uses_changed()
         try:
             yield
         finally:
-            self._released, self._released_keys = saved
-            self._in_use = None
+            self._released, self._released_keys, self._released_claims = saved
+            self._uses_changed()
 
     # -- what the allocator reads ----------------------------------------------------------------
 
@@ -355,7 +389,30 @@ class DraStore:
         (use `gpu_devices_by_pod` for many pods)."""
         return self.gpu_devices_by_pod(drivers).get(pod_uid, 0)
 
+    # -- shares of devices (DRAConsumableCapacity) -----------------------------------------------
+
+    def device_use(self) -> DeviceUse:
+        """`in_use()` and the shares of devices that allow multiple allocations, of allocated
+        claims and allocations in flight (less those a `released` block gives back)."""
+        if self._device_use is None:
+            allocations = [
+                claim.allocation
+                for claim in self.claims.values()
+                if claim.allocation is not None and claim.key not in self._released_claims
+            ]
+            allocations.extend(
+                flying.allocation
+                for flying in self._in_flight.values()
+                if flying.pod_key not in self._released_keys
+            )
+            self._device_use = replace(device_use(allocations), taken=self.in_use())
+        return self._device_use
+
     # -- internals -------------------------------------------------------------------------------
+
+    def _uses_changed(self) -> None:
+        self._in_use = None
+        self._device_use = None
 
     def _slices_changed(self) -> None:
         self._slices_version += 1

@@ -1,11 +1,12 @@
 """DRA feasibility against kube-scheduler v1.37, pod by pod (a short seeded
 `python -m hack.differential --dra` run).
 
-12 generated DRA nodes (H200 and H100 boards, an older driver, a Blackwell-class model, a node
-without GPUs; device taints in slices and DeviceTaintRules; devices held by existing pods'
-claims) join the session's cluster; 40 seeded pods with ResourceClaims (fresh claims,
-templates, claims shared with an existing pod; ExactCount, All, firstAvailable, CEL selectors,
-matchAttribute / distinctAttribute, tolerations, admin access) are judged by a dedicated
+12 generated DRA nodes (H200 and H100 boards, an older driver, a Blackwell-class model, shared
+H200s with memory as a consumable capacity, a node without GPUs; device taints in slices and
+DeviceTaintRules; devices held by existing pods' claims) join the session's cluster; 40 seeded
+pods with ResourceClaims (fresh claims, templates, claims shared with an existing pod;
+ExactCount, All, firstAvailable, CEL selectors, matchAttribute / distinctAttribute,
+tolerations, admin access, capacity requests for memory) are judged by a dedicated
 reference kube-scheduler and by gpu-scheduler's profile. Every pod's feasible node SET must be
 equal, and when no node fits, both FailedScheduling messages must count the same nodes per
 reason. The failure message lists each disagreement.

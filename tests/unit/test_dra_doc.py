@@ -10,7 +10,6 @@ import yaml
 
 from hack.demo_dra import QUAD, QUAD_GPUS, claim_pod, claim_template, template_name
 from scheduler.dra.allocator import CANNOT_ALLOCATE, INVALID_POOLS
-from scheduler.dra.allocator_search import MULTIPLE_ALLOCATIONS
 from scheduler.model.allocations import MAX_RESERVED_FOR
 from scheduler.model.claims import CLAIM_NOT_CREATED, DELETE_PROTECTION_FINALIZER
 from scheduler.plugins.dynamic_resources import NOT_AVAILABLE
@@ -42,7 +41,6 @@ def test_the_quoted_messages_are_the_codes() -> None:
         INVALID_POOLS,
         NOT_AVAILABLE,
         CLAIM_NOT_CREATED,
-        MULTIPLE_ALLOCATIONS,
         DELETE_PROTECTION_FINALIZER,
     ):
         assert message in text, message

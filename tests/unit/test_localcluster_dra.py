@@ -17,6 +17,7 @@ from hack.localcluster import (
     D8,
     DRA_NODE_TYPES,
     G2_EXPANSION,
+    S8,
     SEED_NODE_TYPES,
     dra,
     node_manifest,
@@ -216,3 +217,20 @@ def semver(text: str) -> str:
     zeros dropped): "580.159.04" -> "580.159.4", "13.0" -> "13.0.0"."""
     parts = [str(int(part)) for part in text.split(".")]
     return ".".join([*parts, "0", "0"][:3])
+
+
+def test_an_s8_slice_publishes_shared_gpus_with_memory_as_consumable_capacity() -> None:
+    body = dra.node_resource_slice("s8-0", "uid-1", dra.H200_GPU, 8, shared=True)
+    parsed = parse_resource_slice(body)
+    assert parsed.errors == ()
+    assert all(device.allow_multiple_allocations for device in parsed.devices)
+    memory = parsed.devices[0].capacity["gpu.nvidia.com/memory"]
+    assert memory.value == Decimal(143771 * 2**20)
+    policy = memory.request_policy
+    assert policy is not None and policy.valid_range is not None
+    assert policy.default == Decimal(140 * 2**30)  # on the 1Gi grid from 1Gi, within memory
+    assert policy.valid_range.minimum == policy.valid_range.step == Decimal(2**30)
+    assert policy.default + policy.valid_range.step > memory.value
+    assert S8.shared_gpus and S8.gpus == D8.gpus and S8 not in DRA_NODE_TYPES
+    with pytest.raises(ValueError, match="shared_gpus needs gpu_api 'dra'"):
+        NodeSpec("X", 1, gpus=8, nvlink_domains=None, gpu_product="NVIDIA-H200", shared_gpus=True)

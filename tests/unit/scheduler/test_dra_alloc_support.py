@@ -8,6 +8,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from scheduler.dra.allocator import Allocator, NodeAllocation
+from scheduler.dra.consumable import DeviceUse
 from scheduler.dra.selectors import SelectorError
 from scheduler.model.claims import ResourceClaim, parse_resource_claim
 from scheduler.model.device_classes import DeviceClass, parse_device_class
@@ -102,9 +103,14 @@ def allocate(
     slices: Sequence[ResourceSlice] = (),
     max_steps: int = 200_000,
     matcher: MatcherDouble | None = None,
+    shared: DeviceUse | None = None,
 ) -> NodeAllocation:
     allocator = Allocator(
-        CLASSES if classes is None else classes, in_use, matcher or MatcherDouble(), max_steps
+        CLASSES if classes is None else classes,
+        in_use,
+        matcher or MatcherDouble(),
+        max_steps,
+        shared=shared,
     )
     return allocator.allocate(NODE, LABELS, pools, claims, domains, slices)
 

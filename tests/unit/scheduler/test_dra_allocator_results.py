@@ -1,7 +1,7 @@
 """What the allocator writes for a claim: result fields, configs (class configs first, claim
 configs for the requests and chosen entries, "all" when they cover every request), the node
 selector from nodeName / nodeSelector / allNodes / per-device selection / bindsToNode; shared
-counters of partitionable devices; and what is reported as not supported yet."""
+counters of partitionable devices."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from tests.dra_objects import (
     toleration,
 )
 from tests.unit.scheduler.test_dra_alloc_support import (
-    CLASSES,
     NODE,
     allocate,
     device_names,
@@ -217,22 +216,3 @@ def test_shared_counters_limit_partitions() -> None:
     result = allocate(one_each, pools, in_use=frozenset({gpu_id(0)}))
     assert result.reason == CANNOT_ALLOCATE
     assert device_names(allocate(one_each[:1], pools, in_use=frozenset({gpu_id(0)}))) == ["gpu-2"]
-
-
-def test_what_is_not_supported_yet_is_said() -> None:
-    capacity = make_claim("c", request("gpus", exact(capacity={"requests": {"memory": "10Gi"}})))
-    result = allocate([capacity], pools_of(EIGHT_SLICE))
-    assert result.allocations is None
-    assert result.reason == (
-        "claim default/c, request gpus: capacity requests (DRAConsumableCapacity) are not "
-        "supported yet"
-    )
-    shared = node_slice("m", devices=[gpu_device(0, allowMultipleAllocations=True), *gpus(1)])
-    one = make_claim("c", request("gpus", exact()))
-    assert device_names(allocate([one], pools_of(shared))) == ["gpu-1"]
-    two = make_claim("c", request("gpus", exact(count=2)))
-    assert allocate([two], pools_of(shared)).reason == (
-        f"{CANNOT_ALLOCATE} (devices that allow multiple allocations (DRAConsumableCapacity) "
-        "not supported yet)"
-    )
-    assert CLASSES
