@@ -32,8 +32,8 @@ Modules, each importing only modules listed above it:
 - `scheduler.config.tree`: the field metadata of settings and sections (`reads`, `nested`), the
   YAML key of a field (`camel`) and `check_settings`, which every `__post_init__` runs;
 - the sections: `scheduler.config.scoring`, `.binding`, `.queue` (backoff and queue),
-  `.leader_election`, `.reclaim` (reclaim, accounting and preemption), `.webhooks` and `.dra`
-  (Dynamic Resource Allocation);
+  `.leader_election`, `.reclaim` (reclaim, accounting and preemption), `.webhooks`, `.dra`
+  (Dynamic Resource Allocation) and `.sharing` (time-sliced and MPS GPUs);
 - `scheduler.config.root`: `SchedulerConfig`, the top-level settings and the invariant between
   sections;
 - `scheduler.config.flags`: the environment variables and command-line flags;
@@ -68,6 +68,7 @@ from scheduler.config.reclaim import (
 )
 from scheduler.config.root import SchedulerConfig
 from scheduler.config.scoring import ScoringConfig
+from scheduler.config.sharing import SharingConfig
 from scheduler.config.tree import camel
 from scheduler.config.webhooks import WebhooksConfig
 
@@ -92,6 +93,7 @@ __all__ = [
     "ReclaimConfig",
     "SchedulerConfig",
     "ScoringConfig",
+    "SharingConfig",
     "WebhooksConfig",
     "add_config_flags",
     "camel",

@@ -8,6 +8,7 @@ from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.dynamic_resources import DynamicResources
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
+from scheduler.plugins.gpu_sharing import ReplicaPlacement
 from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.node_ports import NodePorts
@@ -21,15 +22,20 @@ from scheduler.plugins.volume_binding import VolumeBinding
 def default_framework(settings: SchedulerConfig) -> Framework:
     """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
     score, DynamicResources (devices of ResourceClaims, chosen NVLink-aware), preferred node
-    affinity, and the GPU-fragmentation score that keeps free GPUs usable
-    (left out when weighted 0)."""
+    affinity, the GPU-fragmentation score that keeps free GPUs usable (left out when weighted
+    0), and the replicas of time-sliced GPUs packed or spread (GpuSharing)."""
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
     pod_affinity = InterPodAffinity(weight=scoring.preferred_affinity_weight)
     spread = PodTopologySpread()
     claims = DynamicResources(CelSelectors(), settings.dra.nvlink_domain_attribute, scoring.weights)
-    extra: list[ScorePlugin] = []
+    sharing = ReplicaPlacement(
+        settings.sharing.time_sliced_placement,
+        settings.sharing.weight,
+        settings.sharing.fail_requests_greater_than_one,
+    )
+    extra: list[ScorePlugin] = [sharing] if settings.sharing.weight > 0 else []
     if scoring.fragmentation_weight > 0:
         extra.append(GpuFragmentation(scoring.fragmentation_weight))
     return Framework(
@@ -40,6 +46,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             NodePorts(),
             NodeResourcesFit(),
             nvlink,
+            sharing,
             VolumeBinding(),
             spread,
             pod_affinity,
