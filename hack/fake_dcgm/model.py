@@ -111,6 +111,8 @@ class PhysicalGpu:
     holders: tuple[Holder, ...] = ()
     loads: tuple[Load, ...] = ()  # parallel to holders
     mig: tuple[MigSlot, ...] = ()
+    per_process: bool = False
+    """Utilization of a GPU several pods hold is attributed to each pod by its own load."""
 
     @property
     def key(self) -> GpuKey:
@@ -188,7 +190,16 @@ def build_fleet(assignment: Assignment, trace: Trace | None, profiling: bool) ->
         for gpu in node.gpus:
             loads = tuple(_load(h, trace, problems) for h in gpu.holders)
             gpus.append(
-                PhysicalGpu(node.name, gpu.index, node.product, power, on, gpu.holders, loads)
+                PhysicalGpu(
+                    node.name,
+                    gpu.index,
+                    node.product,
+                    power,
+                    on,
+                    gpu.holders,
+                    loads,
+                    per_process=node.per_process,
+                )
             )
         if node.mig_gpu_index is not None:
             slots = tuple(

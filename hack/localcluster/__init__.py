@@ -4,7 +4,8 @@
 a fake dcgm-exporter and Prometheus, all on loopback, from binaries that `hack/build-binaries.sh`
 builds from their Go modules. `create_nodes` adds fake GPU nodes described by `NodeSpec`: their GPUs
 published as `nvidia.com/gpu` capacity (a device plugin's), or, for `gpu_api="dra"` (`D8`, `D4`),
-as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass; `delete_nodes`
+as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass, or time-sliced
+by the device plugin (`replicas`, `T8`); `delete_nodes`
 removes nodes with their slices, and `temporary_nodes` holds nodes for one block.
 `kueue.Kueue` runs Kueue against a started cluster, for the tests that ask for it.
 """
@@ -18,6 +19,8 @@ from hack.localcluster.nodes import (
     G2,
     G2_EXPANSION,
     SEED_NODE_TYPES,
+    SHARED_NODE_TYPES,
+    T8,
     NodeSpec,
     create_nodes,
     delete_gpu_device_class,
@@ -36,6 +39,8 @@ __all__ = [
     "G2",
     "G2_EXPANSION",
     "SEED_NODE_TYPES",
+    "SHARED_NODE_TYPES",
+    "T8",
     "ClusterConfig",
     "ComponentError",
     "LocalCluster",

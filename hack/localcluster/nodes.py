@@ -24,6 +24,11 @@ The three node types of the design (`SEED_NODE_TYPES`): G1 has 2 GPUs in one NVL
 4 GPUs in two domains of 2, G2-Expansion has 8 GPUs in two domains of 4. The DRA node types
 (`DRA_NODE_TYPES`, not among the seed types): D8 has 8 H200 GPUs in two domains of 4, D4 has 4
 H100 GPUs in two domains of 2.
+
+A spec with `replicas` N >= 2 shares its GPUs as the NVIDIA device plugin's time-slicing does:
+`nvidia.com/gpu` capacity GPUs x N, the labels `nvidia.com/gpu.sharing-strategy=time-slicing`,
+`nvidia.com/gpu.replicas=N`, `nvidia.com/gpu.count=<GPUs>` and the product with a `-SHARED`
+suffix. `SHARED_NODE_TYPES` (not among the seed types): T8 has 8 H100 GPUs x 4 replicas.
 """
 
 from __future__ import annotations
@@ -76,12 +81,18 @@ class NodeSpec:
     annotations: Mapping[str, str] = field(default_factory=dict)
     gpu_api: str = DEVICE_PLUGIN
     """`"device-plugin"` or `"dra"` (see the module docstring)."""
+    replicas: int = 1
+    """Time-slicing replicas per GPU (device plugin only); 1: GPUs are not shared."""
 
     def __post_init__(self) -> None:
         if self.gpu_api not in GPU_APIS:
             raise ValueError(
                 f"node spec {self.type_name}: gpu_api must be one of {list(GPU_APIS)}, "
                 f"got {self.gpu_api!r}"
+            )
+        if self.replicas < 1 or (self.replicas > 1 and (self.gpu_api == DRA or self.mig)):
+            raise ValueError(
+                f"node spec {self.type_name}: replicas must be >= 1, and 1 on DRA or MIG nodes"
             )
         if self.gpu_api == DRA:
             self.gpu_model()  # a known product, or ValueError
@@ -166,6 +177,18 @@ D4 = NodeSpec(
 )
 DRA_NODE_TYPES: tuple[NodeSpec, ...] = (D8, D4)
 """Nodes whose GPUs are published through DRA; not in `SEED_NODE_TYPES`."""
+T8 = NodeSpec(
+    "T8",
+    1,
+    gpus=8,
+    nvlink_domains="0-3,4-7",
+    gpu_product="NVIDIA-H100-80GB-HBM3",
+    cpu="128",
+    memory="1Ti",
+    replicas=4,
+)
+SHARED_NODE_TYPES: tuple[NodeSpec, ...] = (T8,)
+"""Nodes whose GPUs the device plugin time-slices; not in `SEED_NODE_TYPES`."""
 
 
 def spec_from_mapping(raw: Mapping[str, Any]) -> NodeSpec:
@@ -181,7 +204,7 @@ def spec_from_mapping(raw: Mapping[str, Any]) -> NodeSpec:
             raise ValueError(f"node spec {raw.get('type_name', '?')}: missing field {required!r}")
     values = dict(raw)
     values.setdefault("nvlink_domains", None)
-    for name in ("count", "gpus", "pods"):
+    for name in ("count", "gpus", "pods", "replicas"):
         if name in values and (not isinstance(values[name], int) or values[name] < 0):
             raise ValueError(
                 f"node spec {values['type_name']}: field {name!r} must be a non-negative integer, "
@@ -200,7 +223,7 @@ def node_manifest(spec: NodeSpec, name: str) -> dict[str, Any]:
         "ephemeral-storage": spec.ephemeral_storage,
     }
     if not spec.is_dra:
-        resources[GPU_RESOURCE] = str(spec.gpus)
+        resources[GPU_RESOURCE] = str(spec.gpus * spec.replicas)
     for profile, count in sorted(spec.mig.items()):
         resources[f"{MIG_RESOURCE_PREFIX}{profile}"] = str(count)
     annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
@@ -220,6 +243,10 @@ def node_manifest(spec: NodeSpec, name: str) -> dict[str, Any]:
         GPU_PRODUCT_LABEL: spec.gpu_product,
         GPU_COUNT_LABEL: str(spec.gpus),
     }
+    if spec.replicas > 1:
+        labels[GPU_PRODUCT_LABEL] = f"{spec.gpu_product}-SHARED"
+        labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+        labels["nvidia.com/gpu.replicas"] = str(spec.replicas)
     labels.update(spec.labels)
     return {
         "apiVersion": "v1",
