@@ -5,6 +5,7 @@ shared GPU that takes only an idle sharer, and only when the evidence tells shar
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -43,7 +44,8 @@ async def place_four(
     settings = settings_for(namespace, sharing={"timeSlicedPlacement": policy})
     async with running_daemon(cluster, settings):
         for i in range(4):
-            await core.create_namespaced_pod(namespace, our_pod(namespace, f"p{i}", gpus=1))
+            pod: Any = our_pod(namespace, f"p{i}", gpus=1)
+            await core.create_namespaced_pod(namespace, pod)
         bound = [await wait_bound(core, namespace, f"p{i}") for i in range(4)]
     assert {p["spec"]["nodeName"] for p in bound} == {node}
     return [gpus_of(p) for p in bound]

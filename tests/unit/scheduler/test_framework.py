@@ -256,6 +256,7 @@ def test_daemon_profile_plugins() -> None:
         "NodePorts",
         "NodeResourcesFit",
         "NVLink",
+        "GpuSharing",
         "VolumeBinding",
         "PodTopologySpread",
         "InterPodAffinity",
@@ -266,6 +267,7 @@ def test_daemon_profile_plugins() -> None:
         "DynamicResources",
         "NodeAffinity",
         "InterPodAffinity",
+        "GpuSharing",
         "GpuFragmentation",
         "PodTopologySpread",
     ]
