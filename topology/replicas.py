@@ -13,9 +13,12 @@ Policies, the same two the device plugin's `--shared-devices-allocation-policy` 
   contend as little as possible.
 
 Pure numpy over one node's columns; `None` when fewer than `count` GPUs have a free replica.
+`node_preferences` scores many nodes in one pass (`node_preference` is its one-node reference).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +28,7 @@ SPREAD = "spread"
 POLICIES = (PACK, SPREAD)
 
 IntArray = npt.NDArray[np.int64]
+AnyIntArray = npt.NDArray[np.integer[Any]]
 
 
 def replica_order(taken: IntArray, replicas: int, policy: str) -> IntArray:
@@ -71,3 +75,45 @@ def node_preference(taken: IntArray, replicas: int, count: int, policy: str) -> 
         return PREFERENCE_SHARE * share + (100.0 - PREFERENCE_SHARE) * rest
     rest = float((taken == 0).mean())
     return PREFERENCE_SHARE * (1.0 - share) + (100.0 - PREFERENCE_SHARE) * rest
+
+
+def node_preferences(
+    taken: AnyIntArray,
+    replicas: AnyIntArray,
+    gpu_count: AnyIntArray,
+    count: AnyIntArray,
+    policy: str,
+) -> npt.NDArray[np.float64]:
+    """`node_preference` of many nodes at once: taken (nodes, gpus) replicas held per GPU
+    (columns past a node's `gpu_count` ignored), replicas (nodes,) per GPU, gpu_count (nodes,)
+    physical GPUs, count (nodes,) replicas the pod takes there (>= 1). Returns (nodes,)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {POLICIES}")
+    taken = np.asarray(taken, dtype=np.int64)  # taken: (nodes, gpus)
+    nodes, width = taken.shape
+    replicas = np.asarray(replicas, dtype=np.int64)  # replicas: (nodes,)
+    count = np.asarray(count, dtype=np.int64)  # count: (nodes,)
+    gpus = np.asarray(gpu_count, dtype=np.int64)  # gpus: (nodes,)
+    real = np.arange(width)[None, :] < gpus[:, None]  # real: (nodes, gpus)
+    open_gpus = real & (taken < replicas[:, None])  # open_gpus: (nodes, gpus)
+    fits = (open_gpus.sum(axis=1) >= count) & (count >= 1) & (replicas > 1)  # fits: (nodes,)
+    if width == 0:
+        return np.zeros(nodes, dtype=np.float64)
+    # best first: the most taken (PACK) or the fewest (SPREAD) among open GPUs
+    key = np.where(open_gpus, -taken if policy == PACK else taken, np.iinfo(np.int64).max)
+    ordered = np.sort(key, axis=1)  # ordered: (nodes, gpus)
+    values = np.where(ordered == np.iinfo(np.int64).max, 0, np.abs(ordered))  # taken, best first
+    sums = np.cumsum(values, axis=1)  # sums: (nodes, gpus)
+    last = np.clip(count - 1, 0, width - 1)  # last: (nodes,)
+    chosen_sum = sums[np.arange(nodes), last]  # chosen_sum: (nodes,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = chosen_sum / np.maximum(count, 1) / np.maximum(replicas - 1, 1)  # (nodes,)
+        share = np.clip(share, 0.0, 1.0)
+        physical = np.maximum(gpus, 1)
+        if policy == PACK:
+            rest = (real & (taken > 0) & (taken < replicas[:, None])).sum(axis=1) / physical
+            points = PREFERENCE_SHARE * share + (100.0 - PREFERENCE_SHARE) * rest
+        else:
+            rest = (real & (taken == 0)).sum(axis=1) / physical
+            points = PREFERENCE_SHARE * (1.0 - share) + (100.0 - PREFERENCE_SHARE) * rest
+    return np.where(fits, points, 0.0).astype(np.float64)

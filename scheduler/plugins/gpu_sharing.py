@@ -28,22 +28,11 @@ import numpy as np
 
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.gpu_sharing import GpuSharing, replicas_requested
 from scheduler.model.objects import PodInfo
-from topology.replicas import PACK, node_preference
+from topology.replicas import PACK, node_preference, node_preferences
 
 NAME = "GpuSharing"
 REFUSED_REASON = "node(s) refuse more than one replica of a shared GPU per pod"
-
-
-def wanted_replicas(pod: PodInfo, snapshot: Snapshot) -> dict[int, tuple[int, GpuSharing]]:
-    """Per sharing row: the replicas `pod` would take there, and the row's sharing."""
-    rows = snapshot.rows
-    return {
-        row: (replicas_requested(pod.gpus, pod.scalar, sharing), sharing)
-        for row, sharing in snapshot.cache.replicas.sharing.items()
-        if row < rows and snapshot.valid[row]
-    }
 
 
 class ReplicaPlacement:
@@ -59,23 +48,18 @@ class ReplicaPlacement:
         self.fail_requests_greater_than_one = fail_requests_greater_than_one
 
     def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
-        wanted = wanted_replicas(pod, snapshot)
-        if not any(count for count, _ in wanted.values()):
+        table = snapshot.cache.replicas
+        count = table.requested(snapshot.rows, pod.gpus, pod.scalar)  # count: (rows,)
+        if not count.any():
             return []
-        count = np.zeros(snapshot.rows, dtype=np.int64)  # count: (rows,)
-        refused = np.zeros(snapshot.rows, dtype=bool)  # refused: (rows,)
-        for row, (replicas, sharing) in wanted.items():
-            count[row] = replicas
-            refused[row] = replicas > 1 and sharing.refuses_multiple(
-                self.fail_requests_greater_than_one
-            )
-        open_gpus = snapshot.cache.replicas.open_gpus(snapshot.rows)  # open_gpus: (rows,)
-        short = (count > open_gpus) & ~refused  # short: (rows,)
+        refusing = table.mps[: snapshot.rows] | (self.fail_requests_greater_than_one)  # (rows,)
+        refused = (count > 1) & refusing  # refused: (rows,)
+        short = (count > table.open_gpus(snapshot.rows)) & ~refused  # short: (rows,)
         rejections = []
         if refused.any():
             rejections.append(Rejection(REFUSED_REASON, refused, False, NAME))
         if short.any():
-            most = int(count.max())
+            most = int(count[short].max())
             reason = f"node(s) had fewer than {most} GPUs with a free replica"
             rejections.append(Rejection(reason, short, True, NAME))
         return rejections
@@ -83,15 +67,18 @@ class ReplicaPlacement:
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
     ) -> FloatArray | None:
-        wanted = wanted_replicas(pod, snapshot)
-        rows = [row for row, (count, _) in wanted.items() if count and feasible[row]]
-        if not rows:
-            return None
         table = snapshot.cache.replicas
+        count = table.requested(snapshot.rows, pod.gpus, pod.scalar)  # count: (rows,)
+        rows = np.flatnonzero((count > 0) & feasible[: snapshot.rows])  # rows: (scored,)
+        if rows.size == 0:
+            return None
         whole = node_preference(np.zeros(1, dtype=np.int64), 2, 1, self.policy)
         points = np.full(snapshot.rows, whole, dtype=np.float64)  # points: (rows,)
-        for row in rows:
-            count, sharing = wanted[row]
-            taken = table.taken[row, : sharing.gpus].astype(np.int64)  # taken: (gpus,)
-            points[row] = node_preference(taken, sharing.replicas, count, self.policy)
+        points[rows] = node_preferences(
+            table.taken[rows],
+            table.per_gpu[rows],
+            table.gpu_count[rows],
+            count[rows],
+            self.policy,
+        )
         return points

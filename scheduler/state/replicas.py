@@ -13,13 +13,15 @@ Growth is by `fit` (rows and GPU columns only grow, new cells 0), as the cache's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.model.gpu_sharing import GpuSharing
+from scheduler.model.gpu_sharing import MPS, SHARED_RESOURCE, GpuSharing
 from topology.replicas import PACK, SPREAD, choose_replicas
+
+IntArray = npt.NDArray[np.int64]
 
 UNANNOTATED_POLICY = SPREAD
 """Where the cache counts the replicas of a pod that names no GPUs (bound by someone else): the
@@ -33,15 +35,17 @@ class ReplicaTable:
         self.per_gpu = np.zeros(rows, dtype=np.int32)  # per_gpu: (rows,)
         self.taken = np.zeros((rows, 0), dtype=np.int32)  # taken: (rows, gpus)
         self.gpu_count = np.zeros(rows, dtype=np.int32)  # gpu_count: (rows,) physical GPUs
+        self.renamed = np.zeros(rows, dtype=bool)  # renamed: (rows,) nvidia.com/gpu.shared
+        self.mps = np.zeros(rows, dtype=bool)  # mps: (rows,) the MPS strategy
         self.sharing: dict[int, GpuSharing] = {}
         """Each sharing row's `GpuSharing`."""
 
     def fit(self, rows: int, gpus: int) -> None:
         """Grow to at least `rows` rows and `gpus` GPU columns."""
         if rows > self.per_gpu.shape[0]:
-            for name in ("per_gpu", "gpu_count"):
+            for name in ("per_gpu", "gpu_count", "renamed", "mps"):
                 old = getattr(self, name)
-                grown = np.zeros(rows, dtype=np.int32)
+                grown = np.zeros(rows, dtype=old.dtype)
                 grown[: old.shape[0]] = old
                 setattr(self, name, grown)
         width = max(gpus, self.taken.shape[1])
@@ -55,6 +59,8 @@ class ReplicaTable:
         self.fit(row + 1, gpus)
         self.per_gpu[row] = sharing.replicas if sharing else 0
         self.gpu_count[row] = gpus if sharing else 0
+        self.renamed[row] = sharing is not None and sharing.resource == SHARED_RESOURCE
+        self.mps[row] = sharing is not None and sharing.strategy == MPS
         self.taken[row] = 0
         if sharing:
             self.sharing[row] = sharing
@@ -72,6 +78,14 @@ class ReplicaTable:
         real = columns < self.gpu_count[:rows, None]  # real: (rows, gpus)
         open_gpus: npt.NDArray[np.int64] = ((self.taken[:rows] < per_gpu) & real).sum(axis=1)
         return open_gpus.astype(np.int64)
+
+    def requested(self, rows: int, gpus: int, scalar: Mapping[str, int]) -> IntArray:
+        """(rows,) replicas a pod asking for `gpus` nvidia.com/gpu and the extended resources
+        `scalar` takes on each of the first `rows` rows (0 where the node does not share)."""
+        self.fit(rows, 0)
+        shared = scalar.get(SHARED_RESOURCE, 0)
+        count = np.where(self.renamed[:rows], shared, gpus).astype(np.int64)  # count: (rows,)
+        return np.where(self.per_gpu[:rows] > 0, count, 0)
 
     def clear(self, row: int) -> None:
         self.taken[row] = 0

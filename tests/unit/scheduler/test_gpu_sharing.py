@@ -244,3 +244,13 @@ def test_four_pods_pack_on_one_gpu_or_spread_on_four(renamed: bool) -> None:
             cache.assume(pod, placement.node, placement.gpus)
             chosen.add(placement.gpus)
         assert chosen == expected, policy
+
+
+def test_a_sharer_holds_its_replicas_also_when_they_are_renamed() -> None:
+    from scheduler.state.gpu_holdings import GpuHoldings
+
+    pods = [shared_pod("a", 1, node="ts"), make_pod("b", gpus=1, node="whole")]
+    cache = cluster(shared_node(renamed=True), make_node("whole"), pods=pods)
+    holdings = GpuHoldings(cache, ())
+    assert holdings.of(cache.pods["default/a"].info, "ts") == 1
+    assert holdings.of(cache.pods["default/b"].info, "whole") == 1

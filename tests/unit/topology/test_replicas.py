@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from topology.replicas import PACK, SPREAD, choose_replicas, node_preference, replica_order
+from topology.replicas import (
+    PACK,
+    SPREAD,
+    choose_replicas,
+    node_preference,
+    node_preferences,
+    replica_order,
+)
 
 
 def test_pack_fills_the_fullest_gpu_that_has_a_free_replica() -> None:
@@ -71,3 +78,20 @@ def test_pack_prefers_the_node_with_partly_used_gpus_spread_the_emptiest() -> No
     for taken in (fresh, partly, two_partly):
         for policy in (PACK, SPREAD):
             assert 0.0 <= node_preference(taken, 4, 1, policy) <= 100.0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_vectorized_preferences_match_the_one_node_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    nodes, width = int(rng.integers(1, 12)), int(rng.integers(1, 9))
+    replicas = rng.integers(2, 6, size=nodes)
+    gpu_count = rng.integers(1, width + 1, size=nodes)
+    taken = np.stack([rng.integers(0, r + 1, size=width) for r in replicas])
+    count = rng.integers(1, 4, size=nodes)
+    for policy in (PACK, SPREAD):
+        got = node_preferences(taken, replicas, gpu_count, count, policy)
+        expected = [
+            node_preference(taken[n, : gpu_count[n]], int(replicas[n]), int(count[n]), policy)
+            for n in range(nodes)
+        ]
+        assert got == pytest.approx(expected)
