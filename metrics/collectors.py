@@ -138,6 +138,12 @@ def count_samples(counts: Mapping[str, int]) -> list[Sample]:
     return [((key,), float(value)) for key, value in sorted(counts.items())]
 
 
+def labelled_samples(counts: Mapping[tuple[str, ...], int]) -> list[Sample]:
+    """One sample per label tuple of `counts`, sorted (a gauge by several labels, e.g.
+    `gpu_scheduler_unhealthy_gpus` by node and reason)."""
+    return [(labels, float(value)) for labels, value in sorted(counts.items())]
+
+
 def single(value: float) -> list[Sample]:
     """The one sample of a family without labels."""
     return [((), float(value))]

@@ -146,6 +146,8 @@ class LabelNames:
     pod_uid: str = "pod_uid"
     """The holding pod's UID; dcgm-exporter adds it only with ``--kubernetes-enable-pod-uid``.
     Series that carry it tell a pod from a predecessor with the same namespace and name."""
+    uuid: str = "UUID"
+    """The GPU's UUID (names the same GPU as a DRA device's ``uuid`` attribute)."""
 
     def __post_init__(self) -> None:
         names = [getattr(self, f.name) for f in fields(self)]

@@ -20,6 +20,8 @@ Tasks:
 | allocation-tracking | with reclaim on: GPU indices pods really hold, from dcgm-exporter |
 | gpu-conflicts   | while leading: reports pods sharing a GPU index (scheduler.core.conflicts)  |
 | gpu-accounting  | every replica: GPU busy/allocated time (scheduler.core.accounting_task)    |
+| gpu-health      | with health on and a Prometheus: sick GPUs into the cache on every replica; |
+|                 | events and DeviceTaintRules while leading (scheduler.core.health_task) |
 | admission-webhooks | with webhooks on, every replica: kopf's HTTPS admission server      |
 |                 | (scheduler.admission.server)                                          |
 | http            | /metrics, /healthz, /readyz                                           |
@@ -43,6 +45,7 @@ from prometheus_client import CollectorRegistry
 from metrics.collectors import (
     Reading,
     count_samples,
+    labelled_samples,
     leader_samples,
     node_gpu_samples,
     oldest_age_samples,
@@ -62,6 +65,7 @@ from scheduler.core.conflicts import ConflictMonitor
 from scheduler.core.coscheduling import CoschedulingGroupHandler
 from scheduler.core.cycle import PostFilters, Scheduler
 from scheduler.core.handlers import NodeHandler, PodGroupHandler, PodHandler
+from scheduler.core.health_task import GpuHealthMonitor, health_source
 from scheduler.core.namespaces import NamespaceLabels
 from scheduler.core.profile import default_framework
 from scheduler.core.queue import SchedulingQueue
@@ -235,6 +239,12 @@ class Daemon:
         self.conflicts = ConflictMonitor(self.cache, self.recorder, self.elector, self.synced)
         self.accounting = GpuAccounting.from_settings(settings, self.cache)
         self.accounting.collector.register(self.metrics_registry)
+        self.health_source = health_source(settings)
+        self.health = (
+            GpuHealthMonitor(self.context, self.queue, self.health_source, self.synced)
+            if self.health_source is not None
+            else None
+        )
         self._register_collectors()
         self._stopping = asyncio.Event()
         self.http_port: int | None = None
@@ -351,6 +361,14 @@ class Daemon:
                 (),
                 lambda: single(self.conflicts.reported),
             ),
+            Reading(
+                "gauge",
+                "gpu_scheduler_unhealthy_gpus",
+                "GPUs reported sick (never chosen), by node and reason: xid_<code>, ecc_dbe, "
+                "row_remap_failure.",
+                ("node", "reason"),
+                lambda: labelled_samples(self.health.unhealthy_counts() if self.health else {}),
+            ),
         ]
         for reading in readings:
             self.metrics_registry.register(reading)
@@ -390,6 +408,8 @@ class Daemon:
                 ]
                 if self.allocation is not None:
                     tasks.append(self._guarded("allocation-tracking", self.allocation.run, group))
+                if self.health is not None:
+                    tasks.append(self._guarded("gpu-health", self.health.run, group))
                 if self.settings.webhooks.enabled:
                     tasks.append(self._guarded("admission-webhooks", self.admission.run, group))
                 await self._stopping.wait()
@@ -399,6 +419,8 @@ class Daemon:
         finally:
             if isinstance(self.usage, PrometheusClient):
                 await self.usage.close()
+            if self.health_source is not None:
+                await self.health_source.close()
             await self.recorder.drain()
             await runner.cleanup()
             log.info("daemon_stopped")

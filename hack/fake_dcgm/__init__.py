@@ -1,7 +1,8 @@
 """A fake NVIDIA dcgm-exporter for clusters of kwok fake GPU nodes.
 
 Role: serve, for every GPU of every fake GPU node, the Prometheus series the real dcgm-exporter
-serves (utilization, power, energy, framebuffer, optionally GR engine activity), driven by usage
+serves (utilization, power, energy, framebuffer, the last Xid, volatile double-bit ECC errors,
+optionally GR engine activity), driven by usage
 that each pod scripts in its annotations. Prometheus scrapes it like the real exporter, so the
 scheduler's reclaim logic is exercised end to end without GPUs.
 
@@ -44,12 +45,18 @@ Node annotations:
 ``fake-dcgm.gpu-scheduler.io/profiling``
     ``"true"`` serves ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` for this node even without
     ``--profiling``.
+``fake-dcgm.gpu-scheduler.io/xid`` and ``fake-dcgm.gpu-scheduler.io/ecc-dbe``
+    Injected GPU faults, ``INDEX=VALUE`` comma-separated: ``"3=79"`` makes GPU 3 report Xid 79
+    in ``DCGM_FI_DEV_XID_ERRORS``, ``"5=2"`` two volatile double-bit ECC errors in
+    ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` (see :mod:`hack.fake_dcgm.faults`). Every GPU reports 0
+    in both otherwise; on a DRA node the index is that of the served GPU of its slice.
 
 The node label ``nvidia.com/gpu.product`` selects the model name and power model.
 
 Modules, bottom up: ``trace`` (CSV), ``usage`` (shapes), ``power`` (power models),
-``identity`` (GPU UUIDs), ``dra_holders`` (GPUs held through claims), ``holders`` (who holds which
-GPU), ``model`` (readings and exact energy), ``render`` (exposition text) -- all
-pure, time passed in -- then ``exporter`` (state), ``source`` (API listing), ``app`` (HTTP and
-background tasks), ``server`` (start/stop) and ``__main__`` (command line).
+``identity`` (GPU UUIDs), ``faults`` (injected Xid / ECC faults), ``dra_holders`` (GPUs held
+through claims), ``holders`` (who holds which GPU), ``model`` (readings and exact energy),
+``render`` (exposition text) -- all pure, time passed in -- then ``exporter`` (state),
+``source`` (API listing), ``app`` (HTTP and background tasks), ``server`` (start/stop) and
+``__main__`` (command line).
 """

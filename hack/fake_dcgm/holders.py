@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from hack.fake_dcgm.dra_holders import DraHoldings, dra_holdings
+from hack.fake_dcgm.faults import GpuFaults, node_faults
 from hack.fake_dcgm.usage import FB_USED_ANNOTATION, USAGE_ANNOTATION
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -118,6 +119,8 @@ class NodeGpus:
     mig_gpu_index: int | None  # physical GPU hosting the MIG instances, if any
     mig: tuple[MigInstance, ...]
     per_process: bool = False  # fake-dcgm.gpu-scheduler.io/per-process == "true"
+    faults: Mapping[int, GpuFaults] = field(default_factory=dict)
+    """Injected Xid / ECC faults by GPU index (`hack.fake_dcgm.faults`)."""
 
 
 @dataclass(frozen=True)
@@ -423,6 +426,7 @@ def assign(
         _add_dra(name, held, dra)
         mig = _assign_mig(mig_index, slots, node_pods, problems) if mig_index is not None else []
         annotations = _str_map(_dig(node, "metadata", "annotations"))
+        faults = node_faults(name, annotations, problems)
         product = _str_map(_dig(node, "metadata", "labels")).get(PRODUCT_LABEL)
         if product is not None and sharing is not None:
             product = product.removesuffix(SHARED_SUFFIX)
@@ -435,6 +439,7 @@ def assign(
                 mig_gpu_index=mig_index,
                 mig=tuple(mig),
                 per_process=annotations.get(PER_PROCESS_ANNOTATION, "").lower() == "true",
+                faults={i: f for i, f in faults.items() if i in whole},
             )
         )
     return Assignment(tuple(result), tuple(problems))

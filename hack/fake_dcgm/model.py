@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from hack.fake_dcgm.faults import GpuFaults
 from hack.fake_dcgm.holders import Assignment, Holder, MigInstance
 from hack.fake_dcgm.power import PowerModel, model_for
 from hack.fake_dcgm.trace import Trace
@@ -113,6 +114,7 @@ class PhysicalGpu:
     mig: tuple[MigSlot, ...] = ()
     per_process: bool = False
     """Utilization of a GPU several pods hold is attributed to each pod by its own load."""
+    faults: GpuFaults = field(default_factory=GpuFaults)
 
     @property
     def key(self) -> GpuKey:
@@ -189,6 +191,7 @@ def build_fleet(assignment: Assignment, trace: Trace | None, profiling: bool) ->
         on = profiling or node.profiling
         for gpu in node.gpus:
             loads = tuple(_load(h, trace, problems) for h in gpu.holders)
+            faults = node.faults.get(gpu.index, GpuFaults())
             gpus.append(
                 PhysicalGpu(
                     node.name,
@@ -199,6 +202,7 @@ def build_fleet(assignment: Assignment, trace: Trace | None, profiling: bool) ->
                     gpu.holders,
                     loads,
                     per_process=node.per_process,
+                    faults=faults,
                 )
             )
         if node.mig_gpu_index is not None:

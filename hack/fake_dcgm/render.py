@@ -13,7 +13,10 @@ Label names and order follow dcgm-exporter:
 DCGM_FI_DRIVER_VERSION, [container, namespace, pod]``
 
 Families: DCGM_FI_DEV_GPU_UTIL (gauge, %), DCGM_FI_DEV_POWER_USAGE (gauge, W),
-DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (counter, mJ, integer), DCGM_FI_DEV_FB_USED (gauge, MiB) and,
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (counter, mJ, integer), DCGM_FI_DEV_FB_USED (gauge, MiB),
+DCGM_FI_DEV_XID_ERRORS (gauge, the last Xid code, 0 for none) and DCGM_FI_DEV_ECC_DBE_VOL_TOTAL
+(counter, volatile double-bit ECC errors), both 0 unless a fault is injected
+(`hack.fake_dcgm.faults`), and,
 for GPUs with profiling on, DCGM_FI_PROF_GR_ENGINE_ACTIVE (gauge, 0..1). GR engine activity is the
 mean utilization over the trailing ``engine_window_s`` seconds (DCGM averages profiling counters
 over its sampling period instead of point-sampling them); MIG instances get their own
@@ -52,6 +55,10 @@ TOTAL_ENERGY = Family(
     "Total energy consumption since boot (in mJ).",
 )
 FB_USED = Family("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).")
+XID_ERRORS = Family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.")
+ECC_DBE_VOLATILE = Family(
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."
+)
 GR_ENGINE_ACTIVE = Family(
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."
 )
@@ -146,6 +153,8 @@ def render(
         (POWER_USAGE, lambda g, r: r.power_w),
         (TOTAL_ENERGY, lambda g, r: math.floor(energy_mj(g.key))),
         (FB_USED, lambda g, r: r.fb_used_mib),
+        (XID_ERRORS, lambda g, r: g.faults.xid),
+        (ECC_DBE_VOLATILE, lambda g, r: g.faults.ecc_dbe),
     ]
     lines: list[str] = []
     for family, value in point:

@@ -33,7 +33,8 @@ Modules, each importing only modules listed above it:
   YAML key of a field (`camel`) and `check_settings`, which every `__post_init__` runs;
 - the sections: `scheduler.config.scoring`, `.binding`, `.queue` (backoff and queue),
   `.leader_election`, `.reclaim` (reclaim, accounting and preemption), `.webhooks`, `.dra`
-  (Dynamic Resource Allocation) and `.sharing` (time-sliced and MPS GPUs);
+  (Dynamic Resource Allocation), `.sharing` (time-sliced and MPS GPUs) and `.health` (GPUs
+  reported sick);
 - `scheduler.config.root`: `SchedulerConfig`, the top-level settings and the invariant between
   sections;
 - `scheduler.config.flags`: the environment variables and command-line flags;
@@ -47,6 +48,7 @@ from scheduler.config.binding import BindingConfig
 from scheduler.config.dra import DraSettings
 from scheduler.config.errors import ConfigError
 from scheduler.config.flags import ENV_OVERRIDES, FLAGS, add_config_flags
+from scheduler.config.health import HealthConfig
 from scheduler.config.leader_election import LeaderElectionConfig, default_identity
 from scheduler.config.loading import (
     DEFAULT_SOURCE,
@@ -86,6 +88,7 @@ __all__ = [
     "BindingConfig",
     "ConfigError",
     "DraSettings",
+    "HealthConfig",
     "LeaderElectionConfig",
     "PreemptionConfig",
     "QueueConfig",

@@ -98,7 +98,7 @@ def config_to_data(config: object) -> dict[str, object]:
             if isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, tuple):
-                value = list(value)
+                value = list(value)  # a YAML sequence (safe_dump writes no tuples)
             data[camel(spec.name)] = value
     return data
 

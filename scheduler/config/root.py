@@ -10,6 +10,7 @@ from pathlib import Path
 from scheduler.config.binding import BindingConfig
 from scheduler.config.dra import DraSettings
 from scheduler.config.errors import ConfigError, Invalid
+from scheduler.config.health import HealthConfig
 from scheduler.config.leader_election import LeaderElectionConfig
 from scheduler.config.queue import BackoffConfig, QueueConfig
 from scheduler.config.readers import (
@@ -77,6 +78,8 @@ class SchedulerConfig:
     """Dynamic Resource Allocation."""
     sharing: SharingConfig = field(default_factory=SharingConfig, metadata=nested(SharingConfig))
     """Time-sliced and MPS GPUs of the device plugin."""
+    health: HealthConfig = field(default_factory=HealthConfig, metadata=nested(HealthConfig))
+    """GPU health: GPUs dcgm-exporter reports sick are never chosen."""
     # Further sections go here; the loader, overrides and unknown-key checks pick them up.
 
     def __post_init__(self) -> None:

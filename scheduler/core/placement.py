@@ -56,21 +56,24 @@ def place(
 ) -> Placement:
     """The GPUs to take on the chosen node (best NVLink domain, see `topology.occupancy`); on a
     node sharing its GPUs, the GPUs to take one replica of each, by `replica_policy`
-    (`topology.replicas`), in no NVLink domain."""
+    (`topology.replicas`), in no NVLink domain. Never a GPU in use (whole) or without a free
+    replica (shared), nor one reported sick (`ClusterCache.set_sick_gpus`)."""
     node = cache.names[evaluation.chosen]
     score = float(evaluation.total[evaluation.chosen])
     sharing = cache.nodes[node].sharing
     if sharing is not None:
         count = replicas_requested(pod.gpus, pod.scalar, sharing)
         gpu_count = cache.nodes[node].topology.gpu_count
-        replicas = cache.replicas.choose(evaluation.chosen, gpu_count, count, replica_policy)
+        row = evaluation.chosen
+        sick = cache.gpu_sick[row, :gpu_count]  # sick: (gpus,)
+        replicas = cache.replicas.choose(row, gpu_count, count, replica_policy, sick)
         if len(replicas) != count:  # the GpuSharing filter guarantees them
             raise RuntimeError(f"node {node} has fewer than {count} GPUs with a free replica")
         return Placement(node, replicas, NO_DOMAIN, score)
     if pod.gpus == 0 or not cache.allocatable[evaluation.chosen, GPU]:
         return Placement(node, (), NO_DOMAIN, score)  # no GPUs, or they come from DRA there
     topology = cache.nodes[node].topology
-    choice = choose_gpus(topology, cache.node_gpus_used(node), pod.gpus)
+    choice = choose_gpus(topology, cache.node_gpus_unavailable(node), pod.gpus)
     if choice is None:  # filters guarantee enough free GPUs; keep the cycle safe regardless
         raise RuntimeError(f"node {node} has fewer than {pod.gpus} free GPUs after filtering")
     return Placement(node, tuple(choice.gpus), int(choice.domain), score)

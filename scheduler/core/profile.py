@@ -8,6 +8,7 @@ from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.dynamic_resources import DynamicResources
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
+from scheduler.plugins.gpu_health import GpuHealth
 from scheduler.plugins.gpu_sharing import ReplicaPlacement
 from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
@@ -20,10 +21,11 @@ from scheduler.plugins.volume_binding import VolumeBinding
 
 
 def default_framework(settings: SchedulerConfig) -> Framework:
-    """The profile: kube-scheduler's filters that matter for GPU pods, the NVLink filter and
-    score, DynamicResources (devices of ResourceClaims, chosen NVLink-aware), preferred node
-    affinity, the GPU-fragmentation score that keeps free GPUs usable (left out when weighted
-    0), and the replicas of time-sliced GPUs packed or spread (GpuSharing)."""
+    """The profile: kube-scheduler's filters that matter for GPU pods, GPUHealth (sick GPUs do
+    not count as free), the NVLink filter and score, the replicas of time-sliced GPUs packed or
+    spread (GpuSharing), DynamicResources (devices of ResourceClaims, chosen NVLink-aware),
+    preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable (left
+    out when weighted 0)."""
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
@@ -45,6 +47,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             affinity,
             NodePorts(),
             NodeResourcesFit(),
+            GpuHealth(),
             nvlink,
             sharing,
             VolumeBinding(),

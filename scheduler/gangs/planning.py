@@ -244,7 +244,9 @@ def _fill(
         gpus: tuple[int, ...] = ()
         domain_id = NO_DOMAIN
         if pod.gpus and cache.allocatable[row, GPU]:  # (no GPU allocatable: DRA serves them)
-            choice = choose_gpus(cache.nodes[node].topology, cache.node_gpus_used(node), pod.gpus)
+            choice = choose_gpus(
+                cache.nodes[node].topology, cache.node_gpus_unavailable(node), pod.gpus
+            )
             if choice is None:  # the filters guarantee enough free GPUs; stay safe regardless
                 unplaced[pod.key] = f"node {node} has fewer than {pod.gpus} free GPUs"
                 left -= pod.gpus

@@ -12,8 +12,8 @@ Filter, on sharing nodes only:
   time-slicing with `sharing.failRequestsGreaterThanOne`): the kubelet would fail it with
   UnexpectedAdmissionError. Not resolvable. The request counted is the pod's sum over its
   containers, a cautious reading of the plugin's per-container rule;
-- a pod asking for N replicas needs N GPUs with a free replica. Resolvable (evicting a sharer
-  frees a replica).
+- a pod asking for N replicas needs N GPUs with a free replica, GPUs reported sick left out
+  (`ClusterCache.set_sick_gpus`). Resolvable (evicting a sharer frees a replica).
 
 Score (`sharing.timeSlicedPlacement`): `topology.replicas.node_preference` per sharing node,
 0..100: pack prefers the node whose chosen GPUs already hold the most replicas, then the most
@@ -54,7 +54,8 @@ class ReplicaPlacement:
             return []
         refusing = table.mps[: snapshot.rows] | (self.fail_requests_greater_than_one)  # (rows,)
         refused = (count > 1) & refusing  # refused: (rows,)
-        short = (count > table.open_gpus(snapshot.rows)) & ~refused  # short: (rows,)
+        sick = snapshot.cache.gpu_sick  # sick: (capacity, gpus)
+        short = (count > table.open_gpus(snapshot.rows, sick)) & ~refused  # short: (rows,)
         rejections = []
         if refused.any():
             rejections.append(Rejection(REFUSED_REASON, refused, False, NAME))
@@ -74,8 +75,9 @@ class ReplicaPlacement:
             return None
         whole = node_preference(np.zeros(1, dtype=np.int64), 2, 1, self.policy)
         points = np.full(snapshot.rows, whole, dtype=np.float64)  # points: (rows,)
+        taken = table.effective(snapshot.rows, snapshot.cache.gpu_sick)  # (rows, gpus)
         points[rows] = node_preferences(
-            table.taken[rows],
+            taken[rows],
             table.per_gpu[rows],
             table.gpu_count[rows],
             count[rows],

@@ -170,6 +170,7 @@ class ClusterCache(NodeTable):
         if count == 0:
             return ()
         used = self.gpu_used[row, : node.topology.gpu_count]  # used: (gpus,)
+        sick = self.gpu_sick[row, : node.topology.gpu_count]  # sick: (gpus,)
         if wanted is not None:
             if len(wanted) == count and all(
                 g < node.topology.gpu_count and not used[g] for g in wanted
@@ -183,12 +184,13 @@ class ClusterCache(NodeTable):
                 detail="indices out of range, taken, or not matching the GPU request; "
                 "using the fill order instead",
             )
-        choice = choose_gpus(node.topology, used.copy(), count)
+        choice = choose_gpus(node.topology, used | sick, count)  # sick GPUs last resort only
         if choice is not None:
             return choice.gpus
         free = [int(g) for g in np.flatnonzero(~used)]
-        log.warning("gpu_overcommit", pod=pod.key, node=node.name, requested=count, free=free)
-        return tuple(free[:count])
+        if len(free) < count:
+            log.warning("gpu_overcommit", pod=pod.key, node=node.name, requested=count, free=free)
+        return tuple(free[:count])  # enough only with sick GPUs: the pod holds them anyway
 
     def _pick_replicas(
         self, row: int, pod: PodInfo, wanted: tuple[int, ...] | None

@@ -2,8 +2,10 @@
 
 `NodeTable` keeps a row per node (`row_of`, `names`; a removed node's row is reused) and, per
 row, what filter and score plugins read in one vectorized pass (see `Snapshot`): allocatable and
-requested resources, GPUs in use and their NVLink domains, MIG profiles, taint groups, label
-codes and the distinct GPU states. Arrays grow (rows and columns) as nodes and GPUs appear; a
+requested resources, GPUs in use, GPUs reported sick (`set_sick_gpus`) and their NVLink
+domains, MIG profiles, taint groups, label codes and the distinct GPU states. A sick GPU counts
+as not free in `free_per_domain` (so the NVLink filter and scores, and the GPU choice, never use
+it), whoever holds it. Arrays grow (rows and columns) as nodes and GPUs appear; a
 change touches only the rows involved.
 
 It holds no pods: `scheduler.state.cache.ClusterCache` builds on it and keeps the usage columns
@@ -82,6 +84,9 @@ class NodeTable:
         self.free = np.zeros((rows, len(RESOURCES)), dtype=np.int64)  # allocatable - requested
         self.gpu_domain = np.full((rows, 0), -1, dtype=np.int32)  # gpu_domain: (rows, gpus)
         self.gpu_used = np.zeros((rows, 0), dtype=bool)  # gpu_used: (rows, gpus)
+        self.gpu_sick = np.zeros((rows, 0), dtype=bool)  # gpu_sick: (rows, gpus)
+        self.sick_gpus: dict[str, dict[int, str]] = {}
+        """Node -> GPU index -> why it is sick (`set_sick_gpus`); kept across node updates."""
         self.free_per_domain = np.zeros((rows, 0), dtype=np.int32)  # (rows, domains)
         self.domain_size = np.zeros((rows, 0), dtype=np.int32)  # (rows, domains)
         self.mig_profiles: list[str] = []
@@ -115,6 +120,7 @@ class NodeTable:
         self.free = _grown(self.free, new, 0)
         self.gpu_domain = _grown(self.gpu_domain, new, -1)
         self.gpu_used = _grown(self.gpu_used, new, False)
+        self.gpu_sick = _grown(self.gpu_sick, new, False)
         self.free_per_domain = _grown(self.free_per_domain, new, 0)
         self.domain_size = _grown(self.domain_size, new, 0)
         self.mig_allocatable = _grown(self.mig_allocatable, new, 0)
@@ -129,6 +135,7 @@ class NodeTable:
         if gpus > self.gpu_used.shape[1]:
             extra = gpus - self.gpu_used.shape[1]
             self.gpu_used = np.hstack([self.gpu_used, np.zeros((rows, extra), dtype=bool)])
+            self.gpu_sick = np.hstack([self.gpu_sick, np.zeros((rows, extra), dtype=bool)])
             self.gpu_domain = np.hstack(
                 [self.gpu_domain, np.full((rows, extra), -1, dtype=np.int32)]
             )
@@ -164,7 +171,8 @@ class NodeTable:
         width = self.free_per_domain.shape[1]
         has_gpu = domains >= 0  # has_gpu: (gpus,)
         size = np.bincount(domains[has_gpu], minlength=width)[:width]
-        free = np.bincount(domains[has_gpu & ~self.gpu_used[row]], minlength=width)[:width]
+        usable = has_gpu & ~self.gpu_used[row] & ~self.gpu_sick[row]  # usable: (gpus,)
+        free = np.bincount(domains[usable], minlength=width)[:width]
         self.domain_size[row] = size
         self.free_per_domain[row] = free
         total = int(self.allocatable[row, GPU])
@@ -224,6 +232,7 @@ class NodeTable:
         self._grow_columns(topology.gpu_count, topology.domain_count)
         self.gpu_domain[row] = -1
         self.gpu_domain[row, : topology.gpu_count] = topology.gpu_domain_ids()
+        self._write_sick_mask(row, topology.gpu_count)
         self.mig_allocatable[row] = 0
         for resource, amount in node.mig.items():
             mig_column = self._mig_column(resource)  # may widen the arrays: index after
@@ -238,6 +247,28 @@ class NodeTable:
             value = node.labels.get(key)
             column.codes[row] = -1 if value is None else column.code(value)
         return row
+
+    def _write_sick_mask(self, row: int, gpu_count: int) -> None:
+        self.gpu_sick[row] = False
+        sick = [i for i in self.sick_gpus.get(self.names[row], {}) if 0 <= i < gpu_count]
+        if sick:
+            self.gpu_sick[row, sick] = True
+
+    def set_sick_gpus(self, name: str, reasons: dict[int, str]) -> bool:
+        """Replace the sick GPUs of node `name`: GPU index -> why (e.g. "XID 79"); {} when all
+        are healthy. Kept for a node not known yet and across its updates. True on a change."""
+        if self.sick_gpus.get(name, {}) == reasons:
+            return False
+        if reasons:
+            self.sick_gpus[name] = dict(reasons)
+        else:
+            self.sick_gpus.pop(name, None)
+        row = self.row_of.get(name)
+        if row is not None:
+            self.generation += 1
+            self._write_sick_mask(row, self.nodes[name].topology.gpu_count)
+            self._recount_domains(row)
+        return True
 
     def remove_node(self, name: str) -> None:
         """Forget a node; its pods stay known and count again if the node comes back."""
@@ -256,6 +287,12 @@ class NodeTable:
         """GPU-in-use mask of one node, (gpus,)."""
         row = self.row_of[name]
         return self.gpu_used[row, : self.nodes[name].topology.gpu_count].copy()
+
+    def node_gpus_unavailable(self, name: str) -> npt.NDArray[np.bool_]:
+        """GPUs of one node no new pod may take: in use or sick, (gpus,)."""
+        row = self.row_of[name]
+        count = self.nodes[name].topology.gpu_count
+        return self.gpu_used[row, :count] | self.gpu_sick[row, :count]
 
     def overcommitted_gpus(self) -> dict[str, int]:
         """Nodes where more GPUs are requested than allocatable, by how many (for tests/logs)."""

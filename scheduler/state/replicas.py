@@ -8,6 +8,10 @@ GPUs it holds one replica of, each at most once; the cache keeps `taken` in step
 and `clear`, and marks a GPU in use in its own `gpu_used` mask as soon as one replica is taken
 (so whole-GPU scores see it as no longer whole).
 
+A GPU reported sick (`ClusterCache.set_sick_gpus`, passed in as a (rows, gpus) mask) offers no
+replica to a new pod: `effective` counts it as full, so `open_gpus`, `choose` and the score pass
+it over; pods already on it stay counted.
+
 Growth is by `fit` (rows and GPU columns only grow, new cells 0), as the cache's arrays.
 """
 
@@ -22,6 +26,7 @@ from scheduler.model.gpu_sharing import MPS, SHARED_RESOURCE, GpuSharing
 from topology.replicas import PACK, SPREAD, choose_replicas
 
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 UNANNOTATED_POLICY = SPREAD
 """Where the cache counts the replicas of a pod that names no GPUs (bound by someone else): the
@@ -70,13 +75,26 @@ class ReplicaTable:
     def shares(self, row: int) -> bool:
         return bool(self.per_gpu[row])
 
-    def open_gpus(self, rows: int) -> npt.NDArray[np.int64]:
-        """(rows,) GPUs with a free replica on each of the first `rows` rows (0: not sharing)."""
+    def effective(self, rows: int, sick: BoolArray | None = None) -> IntArray:
+        """(rows, gpus) replicas taken on the first `rows` rows, a sick GPU counted full;
+        `sick` (rows, >= gpus) marks the GPUs reported sick."""
         self.fit(rows, 0)
+        taken = self.taken[:rows].astype(np.int64)  # taken: (rows, gpus)
+        if sick is None or not sick.any():
+            return taken
+        width = taken.shape[1]
+        mask = np.zeros(taken.shape, dtype=bool)  # mask: (rows, gpus)
+        mask[:, : min(width, sick.shape[1])] = sick[:rows, :width]
+        return np.where(mask, self.per_gpu[:rows, None].astype(np.int64), taken)
+
+    def open_gpus(self, rows: int, sick: BoolArray | None = None) -> IntArray:
+        """(rows,) GPUs with a free replica on each of the first `rows` rows (0: not sharing),
+        sick GPUs left out."""
+        taken = self.effective(rows, sick)  # taken: (rows, gpus)
         per_gpu = self.per_gpu[:rows, None]  # per_gpu: (rows, 1)
-        columns = np.arange(self.taken.shape[1])[None, :]  # columns: (1, gpus)
+        columns = np.arange(taken.shape[1])[None, :]  # columns: (1, gpus)
         real = columns < self.gpu_count[:rows, None]  # real: (rows, gpus)
-        open_gpus: npt.NDArray[np.int64] = ((self.taken[:rows] < per_gpu) & real).sum(axis=1)
+        open_gpus: IntArray = ((taken < per_gpu) & real).sum(axis=1)
         return open_gpus.astype(np.int64)
 
     def requested(self, rows: int, gpus: int, scalar: Mapping[str, int]) -> IntArray:
@@ -108,8 +126,17 @@ class ReplicaTable:
         free = self.free(row, gpu_count)  # free: (gpus,)
         return all(free[g] > 0 for g in wanted)
 
-    def choose(self, row: int, gpu_count: int, count: int, policy: str = PACK) -> tuple[int, ...]:
-        """GPUs for `count` more replicas on the row under `policy` (`topology.replicas`); ()
-        when they do not fit."""
+    def choose(
+        self,
+        row: int,
+        gpu_count: int,
+        count: int,
+        policy: str = PACK,
+        sick: BoolArray | None = None,
+    ) -> tuple[int, ...]:
+        """GPUs for `count` more replicas on the row under `policy` (`topology.replicas`),
+        none of the GPUs `sick` (gpus,) marks; () when they do not fit."""
         taken = self.taken[row, :gpu_count].astype(np.int64)  # taken: (gpus,)
+        if sick is not None:
+            taken = np.where(sick[:gpu_count], int(self.per_gpu[row]), taken)
         return choose_replicas(taken, int(self.per_gpu[row]), count, policy) or ()

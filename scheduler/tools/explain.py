@@ -14,8 +14,11 @@ the daemon are applied (`--config` picks the weights), to a cache built from the
 bound pods. Rows are sorted best first: feasible nodes by final score, then the rejected ones.
 JSON rows have the keys `node`, `feasible`, `reasons`, `components` (name -> points), `raw`,
 `normalized` (the NVLink score before and after normalization), `score` (the weighted total
-the daemon ranks nodes by), and for a pod with ResourceClaims `devices` (claim name -> the
-devices "driver/pool/device" it would be allocated on that node). A pod with claims reads the
+the daemon ranks nodes by), for a pod with ResourceClaims `devices` (claim name -> the
+devices "driver/pool/device" it would be allocated on that node), and for a node with GPUs
+reported sick `unhealthy_gpus` (GPU index -> reason, e.g. "XID 79"; read from Prometheus as the
+daemon does, `scheduler.tools.explain_health`; the table notes them on feasible nodes, and
+rejections name them). A pod with claims reads the
 cluster's DeviceClasses, ResourceSlices, ResourceClaims and DeviceTaintRules too (offline: put
 them in the dump, `kubectl get nodes,pods,deviceclasses,resourceslices,resourceclaims -A -o
 yaml`).
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from reclaim.health import GpuRef, Sickness
 from scheduler.config import config_from_args
 from scheduler.framework.runtime import Framework
 from scheduler.framework.snapshot import Snapshot
@@ -46,6 +50,7 @@ from scheduler.plugins.node_affinity import NAME as AFFINITY
 from scheduler.plugins.nvlink import NAME as NVLINK
 from scheduler.plugins.nvlink import NVLink
 from scheduler.state.cache import ClusterCache
+from scheduler.state.gpu_health import record_verdicts
 from scheduler.tools.errors import (
     EXIT_RUNTIME,
     CommandError,
@@ -61,6 +66,7 @@ from scheduler.tools.explain_gang import (
     read_group,
     render_gang,
 )
+from scheduler.tools.explain_health import read_sick_gpus, unhealthy_note
 
 COMPONENTS = ("base", "domain_integrity", "node_matching", "domain_completion", "efficiency")
 JsonObject = dict[str, Any]
@@ -76,14 +82,18 @@ def explain(
     pod_obj: Mapping[str, Any],
     objects: Iterable[Mapping[str, Any]],
     framework: Framework,
+    sick: Mapping[GpuRef, Sickness] | None = None,
 ) -> list[JsonObject]:
-    """Rows for `pod_obj` against the Nodes and Pods in `objects` (plain API JSON)."""
+    """Rows for `pod_obj` against the Nodes and Pods in `objects` (plain API JSON), with the
+    GPUs of `sick` unusable as in the daemon (`scheduler.tools.explain_health`)."""
     cache = ClusterCache()
     items = list(objects)
     for obj in items:
         if obj.get("kind") == "Node":
             cache.add_or_update_node(parse_node(obj))
     add_dra_objects(cache, items)
+    if sick:
+        record_verdicts(cache, sick)
     pod = parse_pod(pod_obj)
     for obj in items:
         if obj.get("kind") == "Pod":
@@ -139,6 +149,9 @@ def explain(
         )
         if pod.resource_claims is not None or mapped_resources(pod, cache.dra):
             rows[-1]["devices"] = claim_devices(evaluation.state, int(row)) if ok else {}
+        unhealthy = cache.sick_gpus.get(cache.names[row])
+        if unhealthy:
+            rows[-1]["unhealthy_gpus"] = {str(i): why for i, why in sorted(unhealthy.items())}
     rows.sort(key=lambda r: (not r["feasible"], -(r["score"] or 0.0), r["node"]))
     return rows
 
@@ -164,7 +177,9 @@ def render_table(rows: list[JsonObject]) -> str:
                 "-" if row["raw"] is None else f"{row['raw']:g}",
                 "-" if row["normalized"] is None else f"{row['normalized']:g}",
                 "-" if row["score"] is None else f"{row['score']:g}",
-                "; ".join(row["reasons"]),
+                "; ".join(
+                    [*row["reasons"], *_notes(row)],
+                ),
             ]
         )
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
@@ -263,8 +278,8 @@ async def _from_cluster(
         pods = await raw(core.list_pod_for_all_namespaces(_preload_content=False))
         objects = [{**n, "kind": "Node"} for n in nodes["items"]]
         objects += [{**p, "kind": "Pod"} for p in pods["items"]]
-        if pod is not None and (pod.get("spec") or {}).get("resourceClaims"):
-            objects += await list_dra_objects(api_client)
+        if gang is not None or (pod is not None and (pod.get("spec") or {}).get("resourceClaims")):
+            objects += await list_dra_objects(api_client)  # a gang's members may use claims
     return pod, objects, gang
 
 
@@ -301,6 +316,7 @@ def run_explain(args: argparse.Namespace) -> int:
     settings = config_from_args(args, os.environ)
     gang: Gang | None = None
     pod_obj: JsonObject | None
+    sick: dict[GpuRef, Sickness] = {}
     given = [flag for flag in ("pod", "pod_file", "pod_group") if getattr(args, flag, None)]
     if len(given) > 1:
         flags = " and ".join("--" + g.replace("_", "-") for g in given)
@@ -321,6 +337,7 @@ def run_explain(args: argparse.Namespace) -> int:
         pod_obj, objects, gang = asyncio.run(
             _from_cluster(kubeconfig, args.pod or None, args.pod_group or None)
         )
+        sick = asyncio.run(read_sick_gpus(settings)) if args.pod else {}
     else:
         raise CommandError(
             "give --pod NAMESPACE/NAME, --pod-group NAMESPACE/NAME "
@@ -336,7 +353,7 @@ def run_explain(args: argparse.Namespace) -> int:
             print(render_gang(explanation))
         return 0
     assert pod_obj is not None
-    rows = explain(pod_obj, objects, framework)
+    rows = explain(pod_obj, objects, framework, sick)
     if args.output == "json":
         print(json.dumps(rows, indent=2))
     else:
@@ -354,6 +371,11 @@ def _same_pod(obj: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     return bool(
         a.get("name") == b.get("name") and a.get("namespace", "default") == b.get("namespace")
     )
+
+
+def _notes(row: JsonObject) -> list[str]:
+    unhealthy = row.get("unhealthy_gpus")
+    return [unhealthy_note(unhealthy)] if unhealthy and row["feasible"] else []
 
 
 def add_explain_parser(commands: Any) -> None:

@@ -41,6 +41,7 @@ from scheduler.gangs.tracker import (
 from scheduler.model.objects import COSCHEDULING_PREFIX, PodInfo, parse_node, parse_pod
 from scheduler.state.cache import ClusterCache
 from scheduler.tools.errors import EXIT_RUNTIME, CommandError
+from scheduler.tools.explain_claims import add_dra_objects
 from topology.text import clip
 
 JsonObject = dict[str, Any]
@@ -69,6 +70,9 @@ class MemberRow:
     domains: tuple[int, ...] = ()
     """NVLink domains of its GPUs on its node (one entry: inside one domain)."""
     reason: str = ""
+    claims: tuple[str, ...] = ()
+    """For a member placed by this plan: "claim: pool/device,..." per claim it would allocate
+    (its GPUs when they come from DRA)."""
 
     def as_json(self) -> JsonObject:
         return {
@@ -78,6 +82,7 @@ class MemberRow:
             "gpus": list(self.gpus),
             "nvlinkDomains": list(self.domains),
             "reason": self.reason,
+            "claims": list(self.claims),
         }
 
 
@@ -158,6 +163,7 @@ def explain_gang(
     for obj in items:
         if obj.get("kind") == "Node":
             cache.add_or_update_node(parse_node(obj))
+    add_dra_objects(cache, items)
     tracker = GangTracker()
     group = _parse_group(key, group_obj)
     if group is not None:
@@ -219,6 +225,7 @@ def explain_gang(
                 placed.node,
                 placed.gpus,
                 _domains(cache, placed.node, placed.gpus),
+                claims=placed.claims.described() if placed.claims is not None else (),
             )
     for pod_key, reason in plan.unplaced.items():
         rows_by_key[pod_key] = MemberRow(candidates[pod_key].name, UNPLACED, reason=reason)
@@ -273,9 +280,8 @@ def render_gang(explanation: GangExplanation) -> str:
     header += f"minCount {e.min_count}{constraint}" if e.min_count else "not found"
     lines = [["MEMBER", "STATE", "NODE", "GPUS", "NVLINK_DOMAINS", "REASON"]]
     for row in e.members:
-        lines.append(
-            [row.pod, row.state, row.node or "-", _cell(row.gpus), _cell(row.domains), row.reason]
-        )
+        gpus = _cell(row.gpus) if row.gpus or not row.claims else "; ".join(row.claims)
+        lines.append([row.pod, row.state, row.node or "-", gpus, _cell(row.domains), row.reason])
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     table = [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()

@@ -95,6 +95,13 @@ FULL: dict[str, Any] = {
         "weight": 5.0,
         "failRequestsGreaterThanOne": True,
     },
+    "health": {
+        "enabled": False,
+        "fatalXids": [48, 79],
+        "lookbackSeconds": 300.0,
+        "periodSeconds": 15.0,
+        "writeDeviceTaintRules": True,
+    },
 }
 
 

@@ -93,6 +93,8 @@ def test_families_have_help_type_and_dcgm_label_sets() -> None:
         "DCGM_FI_DEV_POWER_USAGE": "gauge",
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter",
         "DCGM_FI_DEV_FB_USED": "gauge",
+        "DCGM_FI_DEV_XID_ERRORS": "gauge",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "counter",
     }
     util = out.family("DCGM_FI_DEV_GPU_UTIL")
     assert [keys(s) for s in util] == [BASE + POD, BASE]

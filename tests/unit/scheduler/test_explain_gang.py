@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from hack.localcluster import D8
+from hack.localcluster.dra import gpu_device_class, node_resource_slice
+from hack.localcluster.nodes import node_manifest
 from scheduler.cli import main
 from scheduler.config import SchedulerConfig
 from scheduler.core.profile import default_framework
@@ -22,6 +25,7 @@ from scheduler.tools.explain_gang import (
     explain_gang,
     render_gang,
 )
+from tests.dra_objects import DRIVER, allocated, claim_spec, exact, request, resource_claim, result
 from tests.unit.scheduler.builders import make_node, make_pod
 from tests.unit.scheduler.test_gangs import member, pod_group
 
@@ -195,3 +199,41 @@ def test_bad_pod_group_flags_are_one_line(
     captured = capsys.readouterr()
     (line,) = captured.err.splitlines()
     assert line.startswith("gpu-scheduler explain: ") and expected in line, line
+
+
+def test_members_with_claims_show_the_devices_the_plan_gives_them() -> None:
+    """The dump's DRA objects are read: on an 8-GPU DRA node with gpu-0 held, two 2-GPU
+    members get distinct pairs, each inside one NVLink domain (never gpu-0)."""
+
+    objects: list[Json] = [gpu_device_class(), node_manifest(D8, "d8-0")]
+    objects.append(node_resource_slice("d8-0", "uid-d8-0", D8.gpu_model(), 8))
+    held = allocated(result("gpus", "gpu-0", pool="d8-0"), node="d8-0")
+    objects.append(resource_claim("held", status=held))
+    spec = claim_spec(request("gpus", exact(DRIVER, count=2)))
+    for i in range(2):
+        objects.append(resource_claim(f"pair-{i}", spec=spec))
+        pod = member(f"w{i}", gpus=0)
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"pair-{i}"}]
+        objects.append(pod)
+    fits, message, rows = _explain(pod_group(min_count=2), *objects)
+    assert fits, message
+    devices = {}
+    for row in rows.values():
+        [claim] = row.claims
+        name, _, picked = claim.partition(": ")
+        devices[name] = picked.split(",")
+    assert sorted(devices) == ["pair-0", "pair-1"]
+    taken = [d.rpartition("/")[2] for pair in devices.values() for d in pair]
+    assert len(set(taken)) == 4 and "gpu-0" not in taken
+    for pair in devices.values():  # domains 0-3 and 4-7: a pair never straddles them
+        indices = [int(d.rpartition("-")[2]) for d in pair]
+        assert len({i // 4 for i in indices}) == 1, devices
+    assert "pair-0: " in render_gang(
+        explain_gang(
+            "default/pg",
+            pod_group(min_count=2),
+            objects,
+            default_framework(SchedulerConfig()),
+            "gpu-scheduler",
+        )
+    )

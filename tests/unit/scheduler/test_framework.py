@@ -255,6 +255,7 @@ def test_daemon_profile_plugins() -> None:
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "GPUHealth",
         "NVLink",
         "GpuSharing",
         "VolumeBinding",

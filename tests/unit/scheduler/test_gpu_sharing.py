@@ -254,3 +254,17 @@ def test_a_sharer_holds_its_replicas_also_when_they_are_renamed() -> None:
     holdings = GpuHoldings(cache, ())
     assert holdings.of(cache.pods["default/a"].info, "ts") == 1
     assert holdings.of(cache.pods["default/b"].info, "whole") == 1
+
+
+def test_a_sick_gpu_offers_no_replica() -> None:
+    pods = [make_pod("p", gpus=1, node="ts", gpu_indices="0")]
+    cache = cluster(shared_node(gpus=2, replicas=4), pods=pods)
+    cache.set_sick_gpus("ts", {0: "XID 79"})
+    framework = default_framework(SchedulerConfig())
+    pod = parse_pod(make_pod("new", gpus=1))
+    placement = place(cache, pod, framework.evaluate(pod, Snapshot(cache)), PACK)
+    assert placement.gpus == (1,)  # pack would fill GPU 0, but it is sick
+    two = parse_pod(make_pod("two", gpus=2))
+    rejections = ReplicaPlacement().filter(two, Snapshot(cache), CycleState())
+    assert [r.reason for r in rejections] == ["node(s) had fewer than 2 GPUs with a free replica"]
+    assert taken(cache)[:2] == [1, 0]  # the pod on the sick GPU still counts
