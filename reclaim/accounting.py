@@ -19,8 +19,11 @@ Definitions, for one sampling period of `period_s` seconds ending at `now`:
   window, so it is left out of a time integral. The maximum over signals keeps reclaim's caution
   (a signal reading higher wins) and makes the fraction an upper estimate when signals disagree.
   A GPU is MEASURED when at least one signal has enough samples; a MIG instance's window does not
-  count towards whole GPUs. A time-sliced GPU's usage counts undivided for each pod on it (as in
-  the idle verdict).
+  count towards whole GPUs. A time-sliced GPU (`sharing_pods` > 1) is split among the pods on
+  it equally, each holding one replica: a pod's fraction there is the GPU's divided by the
+  number of sharers, so the sharers' busy seconds add up to the GPU's. When the exporter
+  attributes utilization per process (`GpuWindow.own_usage`), the pod's own utilization is its
+  fraction instead (undivided: it is already its own share).
 - BUSY GPU seconds = held seconds x the sum of the fractions of the pod's measured GPUs (its
   `gpus` highest, when more windows than GPUs answered, e.g. a predecessor's series).
 - UNMEASURED GPU seconds = held seconds x the pod's GPUs without a measured window; when the
@@ -42,8 +45,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from reclaim.signals import GpuWindow
-from reclaim.usage import PERCENT, PowerModel, Verdict, gpu_estimates, idle_verdict
+from reclaim.signals import GpuWindow, with_own_usage
+from reclaim.usage import (
+    PERCENT,
+    SIGNAL_UTIL,
+    PowerModel,
+    Verdict,
+    gpu_estimates,
+    idle_verdict,
+)
 
 GroupKey = tuple[str, str]
 """(namespace, PriorityClass name; "" for a pod without one)."""
@@ -84,6 +94,8 @@ class Measure:
     power_models: Mapping[str, PowerModel]
     idle_window_s: float
     idle_threshold_pct: float
+    per_process_shared_usage: bool = False
+    """`reclaim.signals.with_own_usage`: shared GPUs' utilization series are the pods' own."""
 
 
 @dataclass(frozen=True)
@@ -105,8 +117,9 @@ def held_seconds(holder: Holder, period_s: float, now: float) -> float:
 
 def gpu_fraction(window: GpuWindow, measure: Measure) -> float | None:
     """Measured utilization fraction (0..1) of one whole GPU over its window: the highest
-    window-mean estimate / 100 (peaks left out); None when no signal has enough samples or the
-    window is a MIG instance's."""
+    window-mean estimate / 100 (peaks left out), on a time-sliced GPU the pod's share of it
+    (module docstring); None when no signal has enough samples or the window is a MIG
+    instance's."""
     if window.mig_instance is not None:
         return None
     means_only = replace(
@@ -118,9 +131,13 @@ def gpu_fraction(window: GpuWindow, measure: Measure) -> float | None:
         measure.scrape_interval_s,
         measure.min_coverage,
     )
+    sharers = max(1, window.sharing_pods)
+    if window.own_usage and sharers > 1:  # the pod's own share, measured per process
+        estimates = {k: v for k, v in estimates.items() if k == SIGNAL_UTIL}
+        sharers = 1
     if not estimates:
         return None
-    return min(1.0, max(0.0, max(estimates.values()) / PERCENT))
+    return min(1.0, max(0.0, max(estimates.values()) / PERCENT)) / sharers
 
 
 def pod_period(
@@ -136,6 +153,7 @@ def pod_period(
     allocated = holder.gpus * held
     if windows is None:
         return PodPeriod(allocated, 0.0, allocated)
+    windows = with_own_usage(windows, measure.per_process_shared_usage)
     fractions = sorted(
         (f for w in windows if (f := gpu_fraction(w, measure)) is not None), reverse=True
     )[: holder.gpus]
@@ -152,7 +170,7 @@ def pod_idle_verdict(
     if windows is None:
         return None
     return idle_verdict(
-        windows,
+        with_own_usage(windows, measure.per_process_shared_usage),
         measure.idle_threshold_pct,
         measure.power_models,
         scrape_interval_s=measure.scrape_interval_s,

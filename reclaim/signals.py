@@ -13,7 +13,8 @@ near zero but a peak near its real load; the verdict reads both (see `reclaim.us
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 SUBWINDOW_SCRAPES = 10
 """A sub-window spans this many scrape intervals: 5 min at dcgm-exporter's default 30 s scrape,
@@ -68,6 +69,11 @@ class GpuWindow:
     """GPU_I_ID when the pod holds a MIG instance, not the whole GPU."""
     sharing_pods: int = 1
     """How many pods hold this GPU (time-slicing); 1 when the pod has it alone."""
+    own_usage: bool = False
+    """On a shared GPU (`sharing_pods` > 1): the utilization series is the pod's own
+    (per-process attribution, dcgm-exporter's per-process DCGM_FI_DEV_GPU_UTIL), not a copy of
+    the GPU's. Power, energy and GR_ENGINE_ACTIVE stay the whole GPU's. The series do not say
+    which they are: the caller sets it from its settings (`with_own_usage`)."""
     util_peak_pct: float | None = None
     """Highest sub-window mean of DCGM_FI_DEV_GPU_UTIL (percent)."""
     power_peak_w: float | None = None
@@ -85,3 +91,11 @@ class GpuWindow:
     """Seconds from the pod's start to the window's end; None when the start is unknown. Shorter
     than `window_s` means samples early in the window may belong to a predecessor with the same
     namespace and name, so the pod cannot be idle for the window."""
+
+
+def with_own_usage(windows: Sequence[GpuWindow], per_process: bool) -> list[GpuWindow]:
+    """`windows` with `own_usage` set on the shared ones when the exporter attributes a shared
+    GPU's utilization per process (`per_process`); unchanged otherwise."""
+    if not per_process:
+        return list(windows)
+    return [replace(w, own_usage=True) if w.sharing_pods > 1 else w for w in windows]

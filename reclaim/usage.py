@@ -47,8 +47,14 @@ Calling a working pod idle kills someone's job, so every rule below errs towards
   caution (prove busy). A GPU model without a power model therefore relies on GR_ENGINE_ACTIVE.
 - MIG instance: utilization and power belong to the whole physical GPU, so only the instance's
   GR_ENGINE_ACTIVE counts; without it the instance is never idle.
-- Time-sliced GPU (`sharing_pods > 1`): the whole GPU's usage is attributed to each pod holding
-  it, undivided: a pod is idle there only if the GPU is.
+- Time-sliced GPU (`sharing_pods > 1`): by default the whole GPU's usage is attributed to each
+  pod holding it, undivided: a pod is idle there only if the GPU is, i.e. only if all its
+  sharers are. When the exporter attributes utilization per process (`GpuWindow.own_usage`),
+  the pod's own utilization is its usage there and decides alone: power, energy and
+  GR_ENGINE_ACTIVE are the whole GPU's, every sharer's together, and cannot tell an idle sharer
+  from a busy one. This is the one case where utilization may prove idle: it needs enough
+  samples and both its mean and its peak under the threshold; it is on only when the settings
+  say the exporter gives per-process series.
 - The pod is idle only if every GPU it holds is idle: usage strictly below the threshold.
 """
 
@@ -290,10 +296,17 @@ def gpu_usage(
     """The verdict on one GPU: idle only if the pod's own history covers the window, an
     idle-capable signal is available, and the maximum of all estimates and peaks is below
     `threshold_pct`."""
+    own = window.own_usage and window.sharing_pods > 1 and window.mig_instance is None
     estimates = gpu_estimates(window, power_model, scrape_interval_s, min_coverage)
     readings = {**peak_estimates(window, power_model), **estimates}
+    if own:  # only the pod's own utilization is its usage (module docstring)
+        estimates = {k: v for k, v in estimates.items() if k == SIGNAL_UTIL}
+        readings = {k: v for k, v in readings.items() if k == SIGNAL_UTIL}
     usage = max(readings.values()) if readings else None
-    sharing = f" (shared by {window.sharing_pods} pods)" if window.sharing_pods > 1 else ""
+    sharing = ""
+    if window.sharing_pods > 1:
+        whose = "; its own utilization" if own else ""
+        sharing = f" (shared by {window.sharing_pods} pods{whose})"
     name = f"GPU {window.gpu}" + (f" MIG {window.mig_instance}" if window.mig_instance else "")
     if usage is not None and usage >= threshold_pct:
         reason = f"{name}{sharing}: usage {usage:.1f} % >= {threshold_pct:g} %"
@@ -312,7 +325,7 @@ def gpu_usage(
             reason = f"{name}: {REASON_INSUFFICIENT}"
         return GpuUsage(window.gpu, window.mig_instance, readings, usage, False, reason)
     assert usage is not None
-    if not IDLE_CAPABLE_SIGNALS.intersection(estimates):
+    if not own and not IDLE_CAPABLE_SIGNALS.intersection(estimates):
         missing = (
             "" if power_model is not None else f" (no power model for GPU model {window.model!r})"
         )

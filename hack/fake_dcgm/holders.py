@@ -25,6 +25,18 @@ the pod's claim), and a pod holds exactly the GPUs of the allocated devices of i
 reserved for it. A node with ``nvidia.com/gpu`` capacity keeps the rules above, and the DRA
 GPUs its pods hold are added to the indices they name.
 
+Time-slicing and MPS (the device plugin's replicas): a node labelled
+``nvidia.com/gpu.sharing-strategy`` ``time-slicing`` or ``mps`` with ``nvidia.com/gpu.replicas``
+N >= 2 advertises N replicas of each GPU as ``nvidia.com/gpu`` (or ``nvidia.com/gpu.shared``);
+its whole GPUs are the physical ones, ``nvidia.com/gpu.count`` of them (else the capacity / N).
+A pod asking for R replicas holds R distinct GPUs: those its annotation names (rule 1, each GPU
+holding at most N pods), else the GPUs with the fewest holders, lowest index first (the
+plugin's default ``distributed`` policy). Every holder of a shared GPU gets the GPU's series
+(``--kubernetes-virtual-gpus``: one copy per pod, all with the GPU's value); on a node annotated
+``fake-dcgm.gpu-scheduler.io/per-process: "true"`` the utilization of a GPU held by several pods
+is attributed per process instead (:mod:`hack.fake_dcgm.render`). The ``-SHARED``
+suffix GPU feature discovery appends to the product label is not part of the model name.
+
 MIG: capacity ``nvidia.com/mig-<profile>: N`` puts N instances of that profile on one physical
 GPU whose index is the node annotation ``fake-dcgm.gpu-scheduler.io/mig-gpu`` (default: the
 ``nvidia.com/gpu`` capacity, i.e. one GPU after the whole ones). Whole GPUs take the lowest
@@ -50,8 +62,14 @@ MIG_PREFIX = "nvidia.com/mig-"
 GPUS_ANNOTATION = "gpu-scheduler.io/gpus"
 MIG_GPU_ANNOTATION = "fake-dcgm.gpu-scheduler.io/mig-gpu"
 PROFILING_ANNOTATION = "fake-dcgm.gpu-scheduler.io/profiling"
+PER_PROCESS_ANNOTATION = "fake-dcgm.gpu-scheduler.io/per-process"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+COUNT_LABEL = "nvidia.com/gpu.count"
+SHARED_SUFFIX = "-SHARED"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 MAX_GPU_INDEX = 1023
 _DIGITS = re.compile(r"[0-9]{1,9}")
@@ -100,6 +118,7 @@ class NodeGpus:
     gpus: tuple[Gpu, ...]  # whole GPUs, by index
     mig_gpu_index: int | None  # physical GPU hosting the MIG instances, if any
     mig: tuple[MigInstance, ...]
+    per_process: bool = False  # fake-dcgm.gpu-scheduler.io/per-process == "true"
     faults: Mapping[int, GpuFaults] = field(default_factory=dict)
     """Injected Xid / ECC faults by GPU index (`hack.fake_dcgm.faults`)."""
 
@@ -155,9 +174,32 @@ def is_fake_gpu_node(node: Json, dra_nodes: Iterable[str] = ()) -> bool:
         return True
     capacity = _str_map(_dig(node, "status", "capacity"))
     return any(
-        (k == GPU_RESOURCE or k.startswith(MIG_PREFIX)) and (_count(v) or 0) > 0
+        (k in (GPU_RESOURCE, SHARED_RESOURCE) or k.startswith(MIG_PREFIX)) and (_count(v) or 0) > 0
         for k, v in capacity.items()
     )
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """A node's time-sliced (or MPS) GPUs: `replicas` per GPU, advertised as `resource`."""
+
+    replicas: int
+    gpus: int
+    resource: str
+
+
+def node_sharing(node: Json) -> Sharing | None:
+    """The node's sharing from its labels and capacity (module docstring), None without."""
+    labels = _str_map(_dig(node, "metadata", "labels"))
+    replicas = _count(labels.get(REPLICAS_LABEL))
+    if labels.get(STRATEGY_LABEL) not in ("time-slicing", "mps") or (replicas or 0) < 2:
+        return None
+    assert replicas is not None
+    capacity = _str_map(_dig(node, "status", "capacity"))
+    shared = (_count(capacity.get(SHARED_RESOURCE)) or 0) > 0
+    resource = SHARED_RESOURCE if shared else GPU_RESOURCE
+    gpus = _count(labels.get(COUNT_LABEL)) or -(-(_count(capacity.get(resource)) or 0) // replicas)
+    return Sharing(replicas, min(gpus, MAX_GPU_INDEX), resource)
 
 
 def _pod_label(pod: Json) -> str:
@@ -247,6 +289,9 @@ def _node_layout(node: Json, problems: list[str]) -> tuple[list[int], int | None
     name = _dig(node, "metadata", "name")
     capacity = _dig(node, "status", "capacity")
     capacity = capacity if isinstance(capacity, Mapping) else {}
+    sharing = node_sharing(node)
+    if sharing is not None:
+        return list(range(sharing.gpus)), None, []
     gpu_count = _count(capacity.get(GPU_RESOURCE, 0))
     if gpu_count is None:
         problems.append(f"node {name}: {GPU_RESOURCE} capacity {capacity[GPU_RESOURCE]!r} ignored")
@@ -273,22 +318,27 @@ def _node_layout(node: Json, problems: list[str]) -> tuple[list[int], int | None
 
 
 def _assign_whole(
-    whole: list[int], pods: list[Json], problems: list[str]
+    whole: list[int], pods: list[Json], problems: list[str], sharing: Sharing | None = None
 ) -> dict[int, list[Holder]]:
     held: dict[int, list[Holder]] = {i: [] for i in whole}
     fallback: list[tuple[Json, int, str]] = []
+    resource, room = (sharing.resource, sharing.replicas) if sharing else (GPU_RESOURCE, 1)
     for pod in pods:
-        want, container = _request(pod, GPU_RESOURCE)
+        want, container = _request(pod, resource)
         if want == 0:
             continue
         indices = _annotated_indices(pod, whole, want, problems)
+        if indices is not None and sharing and any(len(held[i]) >= room for i in indices):
+            problems.append(f"pod {_pod_label(pod)}: a GPU it names has no free replica")
+            indices = None
         if indices is None:
             fallback.append((pod, want, container))
             continue
         for i in indices:
             held[i].append(_holder(pod, container))
     for pod, want, container in fallback:
-        free = [i for i in whole if not held[i]]
+        free = [i for i in whole if len(held[i]) < room]
+        free.sort(key=lambda i: len(held[i]))  # stable: fewest holders, then lowest index
         if len(free) < want:
             problems.append(
                 f"pod {_pod_label(pod)}: requests {want} GPUs but only {len(free)} are free; "
@@ -371,12 +421,15 @@ def assign(
             whole = list(range(dra.gpu_counts[name]))
         if not whole and mig_index is None:
             continue
-        held = _assign_whole(whole, node_pods if device_plugin else [], problems)
+        sharing = node_sharing(node)
+        held = _assign_whole(whole, node_pods if device_plugin else [], problems, sharing)
         _add_dra(name, held, dra)
         mig = _assign_mig(mig_index, slots, node_pods, problems) if mig_index is not None else []
         annotations = _str_map(_dig(node, "metadata", "annotations"))
         faults = node_faults(name, annotations, problems)
         product = _str_map(_dig(node, "metadata", "labels")).get(PRODUCT_LABEL)
+        if product is not None and sharing is not None:
+            product = product.removesuffix(SHARED_SUFFIX)
         result.append(
             NodeGpus(
                 name=name,
@@ -385,6 +438,7 @@ def assign(
                 gpus=tuple(Gpu(i, tuple(held[i])) for i in whole),
                 mig_gpu_index=mig_index,
                 mig=tuple(mig),
+                per_process=annotations.get(PER_PROCESS_ANNOTATION, "").lower() == "true",
                 faults={i: f for i, f in faults.items() if i in whole},
             )
         )

@@ -112,6 +112,8 @@ class PhysicalGpu:
     holders: tuple[Holder, ...] = ()
     loads: tuple[Load, ...] = ()  # parallel to holders
     mig: tuple[MigSlot, ...] = ()
+    per_process: bool = False
+    """Utilization of a GPU several pods hold is attributed to each pod by its own load."""
     faults: GpuFaults = field(default_factory=GpuFaults)
 
     @property
@@ -192,7 +194,15 @@ def build_fleet(assignment: Assignment, trace: Trace | None, profiling: bool) ->
             faults = node.faults.get(gpu.index, GpuFaults())
             gpus.append(
                 PhysicalGpu(
-                    node.name, gpu.index, node.product, power, on, gpu.holders, loads, (), faults
+                    node.name,
+                    gpu.index,
+                    node.product,
+                    power,
+                    on,
+                    gpu.holders,
+                    loads,
+                    per_process=node.per_process,
+                    faults=faults,
                 )
             )
         if node.mig_gpu_index is not None:

@@ -3,7 +3,11 @@
 Contract: :func:`render` is a pure function of the GPUs, their energy counters and ``now``.
 Every physical GPU yields one series per holder in each family (time-sliced sharing gives one
 series per pod, all with the GPU's value), or one series without pod labels when nobody holds it
-and for a MIG host GPU. Label names and order follow dcgm-exporter:
+and for a MIG host GPU. A GPU held by several pods on a node with per-process attribution
+(``PhysicalGpu.per_process``, as dcgm-exporter's per-process metrics with
+``--kubernetes-virtual-gpus``) gives DCGM_FI_DEV_GPU_UTIL as the GPU's series without pod labels
+plus one series per pod with that pod's own utilization; the other families stay the GPU's.
+Label names and order follow dcgm-exporter:
 
 ``gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID,] Hostname,
 DCGM_FI_DRIVER_VERSION, [container, namespace, pod]``
@@ -155,11 +159,25 @@ def render(
     lines: list[str] = []
     for family, value in point:
         samples = [(labels, value(g, r)) for g, r, series in readings for labels in series]
+        if family is GPU_UTIL:
+            samples = [s for g, r, series in readings for s in _util_samples(g, r, series, now)]
         lines += _family(family, samples)
     profiled = [g for g in gpus if g.profiling]
     if profiled:
         lines += _family(GR_ENGINE_ACTIVE, _engine_samples(profiled, now, options))
     return "\n".join(lines) + "\n"
+
+
+def _util_samples(
+    gpu: PhysicalGpu, reading: Reading, series: list[Labels], now: float
+) -> list[tuple[Labels, float]]:
+    """DCGM_FI_DEV_GPU_UTIL of one GPU: the GPU's value on each series, or per process."""
+    if not (gpu.per_process and len(gpu.holders) > 1):
+        return [(labels, reading.util_pct) for labels in series]
+    pairs = zip(series, gpu.loads, strict=True)
+    own = [(labels, load.sample(now).util_pct) for labels, load in pairs]
+    device = series[0][: -len(_holder_labels(gpu.holders[0]))]  # the GPU's, no pod labels
+    return [(device, reading.util_pct), *own]
 
 
 def _engine_samples(

@@ -6,6 +6,8 @@ builds from their Go modules. `create_nodes` adds fake GPU nodes described by `N
 published as `nvidia.com/gpu` capacity (a device plugin's), or, for `gpu_api="dra"` (`D8`, `D4`),
 as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass (`S8`: GPUs
 shared by memory capacity, DRAConsumableCapacity); `delete_nodes`
+as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass, or time-sliced
+by the device plugin (`replicas`, `T8`); `delete_nodes`
 removes nodes with their slices, and `temporary_nodes` holds nodes for one block.
 `kueue.Kueue` runs Kueue against a started cluster, for the tests that ask for it.
 """
@@ -21,6 +23,7 @@ from hack.localcluster.nodes import (
     S8,
     SEED_NODE_TYPES,
     SHARED_NODE_TYPES,
+    T8,
     NodeSpec,
     create_nodes,
     delete_gpu_device_class,
@@ -41,6 +44,7 @@ __all__ = [
     "S8",
     "SEED_NODE_TYPES",
     "SHARED_NODE_TYPES",
+    "T8",
     "ClusterConfig",
     "ComponentError",
     "LocalCluster",

@@ -26,6 +26,12 @@ The three node types of the design (`SEED_NODE_TYPES`): G1 has 2 GPUs in one NVL
 H100 GPUs in two domains of 2. A DRA spec with `shared_gpus` publishes its GPUs as devices that
 allow multiple allocations, with memory as a consumable capacity (DRAConsumableCapacity): S8 is
 D8 so (`SHARED_NODE_TYPES`, in no default set).
+H100 GPUs in two domains of 2.
+
+A spec with `replicas` N >= 2 shares its GPUs as the NVIDIA device plugin's time-slicing does:
+`nvidia.com/gpu` capacity GPUs x N, the labels `nvidia.com/gpu.sharing-strategy=time-slicing`,
+`nvidia.com/gpu.replicas=N`, `nvidia.com/gpu.count=<GPUs>` and the product with a `-SHARED`
+suffix. `SHARED_NODE_TYPES` (not among the seed types): T8 has 8 H100 GPUs x 4 replicas.
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ class NodeSpec:
     """`"device-plugin"` or `"dra"` (see the module docstring)."""
     shared_gpus: bool = False
     """With `"dra"`: GPUs shared by capacity (`hack.localcluster.dra.shared_gpu_capacity`)."""
+    replicas: int = 1
+    """Time-slicing replicas per GPU (device plugin only); 1: GPUs are not shared."""
 
     def __post_init__(self) -> None:
         if self.gpu_api not in GPU_APIS:
@@ -89,6 +97,10 @@ class NodeSpec:
             )
         if self.shared_gpus and self.gpu_api != DRA:
             raise ValueError(f"node spec {self.type_name}: shared_gpus needs gpu_api 'dra'")
+        if self.replicas < 1 or (self.replicas > 1 and (self.gpu_api == DRA or self.mig)):
+            raise ValueError(
+                f"node spec {self.type_name}: replicas must be >= 1, and 1 on DRA or MIG nodes"
+            )
         if self.gpu_api == DRA:
             self.gpu_model()  # a known product, or ValueError
             if self.mig:
@@ -173,8 +185,19 @@ D4 = NodeSpec(
 DRA_NODE_TYPES: tuple[NodeSpec, ...] = (D8, D4)
 """Nodes whose GPUs are published through DRA; not in `SEED_NODE_TYPES`."""
 S8 = replace(D8, type_name="S8", shared_gpus=True)
-SHARED_NODE_TYPES: tuple[NodeSpec, ...] = (S8,)
-"""Nodes whose DRA GPUs are shared by capacity; in no default set."""
+T8 = NodeSpec(
+    "T8",
+    1,
+    gpus=8,
+    nvlink_domains="0-3,4-7",
+    gpu_product="NVIDIA-H100-80GB-HBM3",
+    cpu="128",
+    memory="1Ti",
+    replicas=4,
+)
+SHARED_NODE_TYPES: tuple[NodeSpec, ...] = (S8, T8)
+"""Nodes whose GPUs are shared: S8 by DRA capacity, T8 by the device plugin's time-slicing;
+in no default set."""
 
 
 def spec_from_mapping(raw: Mapping[str, Any]) -> NodeSpec:
@@ -190,7 +213,7 @@ def spec_from_mapping(raw: Mapping[str, Any]) -> NodeSpec:
             raise ValueError(f"node spec {raw.get('type_name', '?')}: missing field {required!r}")
     values = dict(raw)
     values.setdefault("nvlink_domains", None)
-    for name in ("count", "gpus", "pods"):
+    for name in ("count", "gpus", "pods", "replicas"):
         if name in values and (not isinstance(values[name], int) or values[name] < 0):
             raise ValueError(
                 f"node spec {values['type_name']}: field {name!r} must be a non-negative integer, "
@@ -209,7 +232,7 @@ def node_manifest(spec: NodeSpec, name: str) -> dict[str, Any]:
         "ephemeral-storage": spec.ephemeral_storage,
     }
     if not spec.is_dra:
-        resources[GPU_RESOURCE] = str(spec.gpus)
+        resources[GPU_RESOURCE] = str(spec.gpus * spec.replicas)
     for profile, count in sorted(spec.mig.items()):
         resources[f"{MIG_RESOURCE_PREFIX}{profile}"] = str(count)
     annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
@@ -229,6 +252,10 @@ def node_manifest(spec: NodeSpec, name: str) -> dict[str, Any]:
         GPU_PRODUCT_LABEL: spec.gpu_product,
         GPU_COUNT_LABEL: str(spec.gpus),
     }
+    if spec.replicas > 1:
+        labels[GPU_PRODUCT_LABEL] = f"{spec.gpu_product}-SHARED"
+        labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+        labels["nvidia.com/gpu.replicas"] = str(spec.replicas)
     labels.update(spec.labels)
     return {
         "apiVersion": "v1",

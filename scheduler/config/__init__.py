@@ -33,7 +33,8 @@ Modules, each importing only modules listed above it:
   YAML key of a field (`camel`) and `check_settings`, which every `__post_init__` runs;
 - the sections: `scheduler.config.scoring`, `.binding`, `.queue` (backoff and queue),
   `.leader_election`, `.reclaim` (reclaim, accounting and preemption), `.webhooks`, `.dra`
-  (Dynamic Resource Allocation) and `.health` (GPUs reported sick);
+  (Dynamic Resource Allocation), `.sharing` (time-sliced and MPS GPUs) and `.health` (GPUs
+  reported sick);
 - `scheduler.config.root`: `SchedulerConfig`, the top-level settings and the invariant between
   sections;
 - `scheduler.config.flags`: the environment variables and command-line flags;
@@ -69,6 +70,7 @@ from scheduler.config.reclaim import (
 )
 from scheduler.config.root import SchedulerConfig
 from scheduler.config.scoring import ScoringConfig
+from scheduler.config.sharing import SharingConfig
 from scheduler.config.tree import camel
 from scheduler.config.webhooks import WebhooksConfig
 
@@ -94,6 +96,7 @@ __all__ = [
     "ReclaimConfig",
     "SchedulerConfig",
     "ScoringConfig",
+    "SharingConfig",
     "WebhooksConfig",
     "add_config_flags",
     "camel",

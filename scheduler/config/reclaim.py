@@ -80,6 +80,11 @@ class ReclaimConfig:
     """Idle and full-load power per dcgm `modelName`, added to or replacing the built-in ones."""
     reservation_seconds: float = field(default=300.0, metadata=reads(positive_seconds))
     """How long the room freed for a nominated pod stays reserved for it."""
+    per_process_shared_usage: bool = field(default=False, metadata=reads(boolean))
+    """The exporter attributes a time-sliced GPU's utilization to each pod by its processes
+    (dcgm-exporter with --kubernetes-virtual-gpus and per-process metrics): a sharer's own
+    utilization then decides its idle verdict and its busy time. false: a shared GPU's usage is
+    every sharer's (a sharer is idle only if the GPU is; busy time split equally)."""
 
 
 MAX_IDLE_WINDOW_SECONDS = 30 * 86400

@@ -24,6 +24,7 @@ from scheduler.config.readers import (
 )
 from scheduler.config.reclaim import AccountingConfig, PreemptionConfig, ReclaimConfig
 from scheduler.config.scoring import ScoringConfig
+from scheduler.config.sharing import SharingConfig
 from scheduler.config.tree import check_settings, nested, reads
 from scheduler.config.webhooks import WebhooksConfig
 
@@ -75,6 +76,8 @@ class SchedulerConfig:
     """Priority preemption when a pod fits nowhere and idle reclaim made no room."""
     dra: DraSettings = field(default_factory=DraSettings, metadata=nested(DraSettings))
     """Dynamic Resource Allocation."""
+    sharing: SharingConfig = field(default_factory=SharingConfig, metadata=nested(SharingConfig))
+    """Time-sliced and MPS GPUs of the device plugin."""
     health: HealthConfig = field(default_factory=HealthConfig, metadata=nested(HealthConfig))
     """GPU health: GPUs dcgm-exporter reports sick are never chosen."""
     # Further sections go here; the loader, overrides and unknown-key checks pick them up.

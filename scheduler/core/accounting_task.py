@@ -60,6 +60,7 @@ def measure_of(settings: SchedulerConfig) -> Measure:
         power_models=power_models(reclaim),
         idle_window_s=accounting.idle_window_seconds,
         idle_threshold_pct=accounting.idle_usage_threshold_percent,
+        per_process_shared_usage=reclaim.per_process_shared_usage,
     )
 
 

@@ -208,7 +208,8 @@ class Scheduler(GangCycle):
                 if evaluation.diagnosis.resolvable_nodes(snapshot.valid).any():
                     self._post_filter(pod)
                 return
-            placement = place(self.cache, pod, evaluation)
+            policy = self.context.settings.sharing.time_sliced_placement
+            placement = place(self.cache, pod, evaluation, policy)
             self.cache.drop_reservation(pod.key)
         self._log_decision(pod, placement, evaluation)
         volumes = plan_volumes(evaluation.state, evaluation.chosen, placement.node, pod)

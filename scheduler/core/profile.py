@@ -9,6 +9,7 @@ from scheduler.framework.runtime import Framework
 from scheduler.plugins.dynamic_resources import DynamicResources
 from scheduler.plugins.gpu_fragmentation import GpuFragmentation
 from scheduler.plugins.gpu_health import GpuHealth
+from scheduler.plugins.gpu_sharing import ReplicaPlacement
 from scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.node_ports import NodePorts
@@ -21,16 +22,22 @@ from scheduler.plugins.volume_binding import VolumeBinding
 
 def default_framework(settings: SchedulerConfig) -> Framework:
     """The profile: kube-scheduler's filters that matter for GPU pods, GPUHealth (sick GPUs do
-    not count as free), the NVLink filter and score, DynamicResources (devices of
-    ResourceClaims, chosen NVLink-aware), preferred node affinity, and the GPU-fragmentation
-    score that keeps free GPUs usable (left out when weighted 0)."""
+    not count as free), the NVLink filter and score, the replicas of time-sliced GPUs packed or
+    spread (GpuSharing), DynamicResources (devices of ResourceClaims, chosen NVLink-aware),
+    preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable (left
+    out when weighted 0)."""
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
     pod_affinity = InterPodAffinity(weight=scoring.preferred_affinity_weight)
     spread = PodTopologySpread()
     claims = DynamicResources(CelSelectors(), settings.dra.nvlink_domain_attribute, scoring.weights)
-    extra: list[ScorePlugin] = []
+    sharing = ReplicaPlacement(
+        settings.sharing.time_sliced_placement,
+        settings.sharing.weight,
+        settings.sharing.fail_requests_greater_than_one,
+    )
+    extra: list[ScorePlugin] = [sharing] if settings.sharing.weight > 0 else []
     if scoring.fragmentation_weight > 0:
         extra.append(GpuFragmentation(scoring.fragmentation_weight))
     return Framework(
@@ -42,6 +49,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
             NodeResourcesFit(),
             GpuHealth(),
             nvlink,
+            sharing,
             VolumeBinding(),
             spread,
             pod_affinity,

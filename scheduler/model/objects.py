@@ -46,6 +46,7 @@ from scheduler.model.fields import (
     string_map,
     text_of,
 )
+from scheduler.model.gpu_sharing import GpuSharing, parse_gpu_sharing
 from scheduler.model.pod_affinity import PodAffinity, parse_pod_affinity
 from scheduler.model.podfields import HostPort, pod_features
 from scheduler.model.preemption_policy import read_preemption_policy
@@ -69,14 +70,10 @@ from topology.occupancy import GPUS_ANNOTATION, parse_gpus_annotation
 from topology.text import clip, quote
 
 NVLINK_DOMAIN_ANNOTATION = "gpu-scheduler.io/nvlink-domain"
-
-
 """Pod annotation with the NVLink domain the scheduler chose ("-1" when the GPUs span domains)."""
 
 
 NVLINK_POLICY_ANNOTATION = "gpu-scheduler.io/nvlink-policy"
-
-
 """Pod annotation: "preferred" (default; spanning domains is allowed but scores lower) or
 "required" (only nodes where the GPUs fit inside one domain)."""
 
@@ -175,20 +172,19 @@ class NodeInfo:
     topology_annotations: Mapping[str, str] = field(default_factory=dict)
     """The node's `gpu-scheduler.io/` annotations (NVLink domains by GPU index or by ID), read
     again for the devices of a node whose GPUs are published through DRA."""
+    sharing: GpuSharing | None = None
+    """Time-slicing or MPS replicas of its GPUs (`scheduler.model.gpu_sharing`); the topology
+    then has the physical GPUs."""
 
 
 TOPOLOGY_ANNOTATION_PREFIX = "gpu-scheduler.io/"
 MAX_TOPOLOGY_ANNOTATION = 16384  # characters of one kept (128 GPUs by UUID take about 5,300)
 
 MAX_NODE_GPUS = 64
-
-
 """GPUs per node the topology model accepts (NVLink domains and GPU masks are per GPU)."""
 
 
 MAX_NODE_MIG_PROFILES = 32
-
-
 """MIG profiles per node the model accepts (each is a column of the cache's MIG arrays; a GPU
 has at most a handful)."""
 
@@ -476,7 +472,9 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             elif amount:
                 mig[name] = amount
     annotations = string_map(metadata.get("annotations"))
-    gpu_count = int(allocatable[GPU])
+    labels = string_map(metadata.get("labels"))
+    sharing = parse_gpu_sharing(labels, {**scalar, GPU_RESOURCE: int(allocatable[GPU])}, errors)
+    gpu_count = sharing.gpus if sharing else int(allocatable[GPU])
     if gpu_count > MAX_NODE_GPUS:
         errors.append(
             FieldError(
@@ -485,7 +483,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
                 "the node is treated as having no GPUs",
             )
         )
-        gpu_count = 0
+        gpu_count, sharing = 0, None
         allocatable[GPU] = 0
     domains = domains_for_node(
         annotations.get(NVLINK_DOMAINS_ANNOTATION) if gpu_count else None, gpu_count
@@ -511,7 +509,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         allocatable=allocatable,
         mig=mig,
         topology=domains.topology,
-        labels=string_map(metadata.get("labels")),
+        labels=labels,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         errors=tuple(errors),
@@ -521,6 +519,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             for key, value in annotations.items()
             if key.startswith(TOPOLOGY_ANNOTATION_PREFIX) and len(value) <= MAX_TOPOLOGY_ANNOTATION
         },
+        sharing=sharing,
     )
 
 
@@ -533,15 +532,11 @@ def _pod_affinity(
 
 
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
-
-
 """The pod label naming a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1, same
 namespace)."""
 
 
 COSCHEDULING_PREFIX = "scheduling.x-k8s.io/"
-
-
 """Prefix of `PodInfo.pod_group` for a labelled pod: its gang key ("ns/scheduling.x-k8s.io/name")
 never equals a v1beta1 PodGroup's ("ns/name"; object names hold no "/")."""
 
@@ -579,14 +574,10 @@ def coscheduling_pod_group(key: str, pod_group: str, labels: Mapping[str, str]) 
 
 
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-
-
 """The pod label naming a Kueue pod group (plain pods admitted together as one Workload)."""
 
 
 KUEUE_PREFIX = "kueue.x-k8s.io/"
-
-
 """Prefix of `PodInfo.pod_group` for a pod of a Kueue pod group: its gang key
 ("ns/kueue.x-k8s.io/name") never equals a PodGroup's ("ns/name") nor a coscheduling one's."""
 

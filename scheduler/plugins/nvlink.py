@@ -54,10 +54,15 @@ def one_domain_feasible(snapshot: Snapshot, gpus: int) -> BoolArray:
 
 def dra_gpu_rows(pod: PodInfo, snapshot: Snapshot) -> BoolArray:  # (rows,)
     """Rows where the pod's GPUs come from DRA (no GPU allocatable, nvidia.com/gpu served by a
-    DeviceClass): DynamicResources chooses and scores the devices there."""
+    DeviceClass): DynamicResources chooses and scores the devices there. Rows whose GPUs are
+    shared by time-slicing or MPS are left out as well: a pod takes replicas there, in no
+    NVLink domain (GpuSharing)."""
+    replicas = snapshot.cache.replicas
+    replicas.fit(snapshot.rows, 0)
+    shared = replicas.per_gpu[: snapshot.rows] > 0  # shared: (rows,)
     if not gpus_delegated(pod, snapshot.cache.dra):
-        return np.zeros(snapshot.rows, dtype=bool)
-    return np.asarray(snapshot.gpu_total == 0)
+        return np.asarray(shared)
+    return np.asarray((snapshot.gpu_total == 0) | shared)
 
 
 @dataclass(frozen=True)

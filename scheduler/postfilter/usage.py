@@ -17,7 +17,7 @@ from typing import Protocol
 
 import structlog
 
-from reclaim.signals import GpuWindow
+from reclaim.signals import GpuWindow, with_own_usage
 from reclaim.usage import DEFAULT_POWER_MODELS, PowerModel, idle_verdict
 from scheduler.config import ReclaimConfig
 from scheduler.model.objects import PodInfo
@@ -107,7 +107,7 @@ class UsageMeter:
                 continue
             for victim, key in zip(group, pods, strict=True):
                 verdict = idle_verdict(
-                    windows.get(key, []),
+                    with_own_usage(windows.get(key, []), self.settings.per_process_shared_usage),
                     victim.threshold_pct,
                     self.power_models,
                     scrape_interval_s=self.settings.scrape_interval_seconds,

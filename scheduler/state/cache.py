@@ -28,7 +28,11 @@ done by this process):
   any other bound pod it adds it, taking the GPU indices from its `gpu-scheduler.io/gpus`
   annotation, or from the documented fill order of `topology.occupancy` when it has none. On a
   node with no GPU allocatable, a pod asking for nvidia.com/gpu holds no GPU index and no GPU
-  of the row: a DeviceClass serves its GPUs through DRA (its claim holds the devices).
+  of the row: a DeviceClass serves its GPUs through DRA (its claim holds the devices). On a
+  node whose device plugin shares its GPUs (time-slicing, MPS: `NodeInfo.sharing`) a pod's
+  indices name the physical GPUs it holds one replica of each (`scheduler.state.replicas`),
+  several pods may name the same GPU up to its replicas, and a pod naming none is counted where
+  the plugin's default policy would put it.
 - remove_pod: the informer saw the pod deleted (a watch DELETED event, or a relist that no
   longer lists it); assumed or not, its resources are given back.
 
@@ -52,11 +56,13 @@ from dataclasses import dataclass
 import numpy as np
 import structlog
 
+from scheduler.model.gpu_sharing import replicas_requested
 from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.resources import GPU
 from scheduler.model.volumes import VolumeStore
 from scheduler.state.dra import DraStore
 from scheduler.state.node_table import NodeTable
+from scheduler.state.replicas import UNANNOTATED_POLICY, ReplicaTable
 from topology.occupancy import choose_gpus
 
 log = structlog.get_logger("gpu-scheduler.state.cache")
@@ -102,12 +108,15 @@ class ClusterCache(NodeTable):
         self.dra = DraStore()
         """DeviceClasses, ResourceSlices, ResourceClaims and in-flight allocations
         (DynamicResources)."""
+        self.replicas = ReplicaTable()
+        """Time-sliced (or MPS) replicas offered and taken per GPU (`scheduler.state.replicas`)."""
 
     # -- nodes ---------------------------------------------------------------------------------
 
     def add_or_update_node(self, node: NodeInfo) -> None:
         """Insert or replace a node, keeping the pods counted on it."""
         row = self._write_node_row(node)
+        self.replicas.set_node(row, node.sharing, node.topology.gpu_count)
         self.pods_on_node.setdefault(node.name, set())
         self._recount_usage(row)
 
@@ -118,6 +127,7 @@ class ClusterCache(NodeTable):
         self.free[row] = self.allocatable[row]
         self.gpu_used[row] = False
         self.mig_requested[row] = 0
+        self.replicas.clear(row)
         states = [self.pods[key] for key in self.pods_on_node.get(name, ())]
         wanted = {state.info.key: state.gpus or state.info.gpu_indices for state in states}
         # Pods that name their GPUs first, so a pod placed by the fill order cannot take them.
@@ -141,6 +151,7 @@ class ClusterCache(NodeTable):
             self.mig_requested[row, mig_column] += sign * amount
         if state.gpus and sign > 0:
             self.gpu_used[row, list(state.gpus)] = True
+        self.replicas.add(row, state.gpus, sign)
 
     def _rebuild_gpu_used(self, row: int) -> None:
         """Mark exactly the GPUs held by the states counted on the row (after a removal: a
@@ -153,6 +164,8 @@ class ClusterCache(NodeTable):
 
     def _pick_gpus(self, row: int, pod: PodInfo, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
         node = self.nodes[self.names[row]]
+        if node.sharing is not None:
+            return self._pick_replicas(row, pod, wanted)
         count = pod.gpus if self.allocatable[row, GPU] else 0
         if count == 0:
             return ()
@@ -178,6 +191,32 @@ class ClusterCache(NodeTable):
         if len(free) < count:
             log.warning("gpu_overcommit", pod=pod.key, node=node.name, requested=count, free=free)
         return tuple(free[:count])  # enough only with sick GPUs: the pod holds them anyway
+
+    def _pick_replicas(
+        self, row: int, pod: PodInfo, wanted: tuple[int, ...] | None
+    ) -> tuple[int, ...]:
+        """The GPUs a pod on a sharing node holds one replica of each: the ones it names when
+        they have a replica free, else the device plugin's default order."""
+        node = self.nodes[self.names[row]]
+        assert node.sharing is not None
+        count = replicas_requested(pod.gpus, pod.scalar, node.sharing)
+        gpu_count = node.topology.gpu_count
+        if count == 0:
+            return ()
+        if wanted is not None:
+            if len(wanted) == count and self.replicas.fits(row, gpu_count, wanted):
+                return wanted
+            log.warning(
+                "gpu_annotation_conflict",
+                pod=pod.key,
+                node=node.name,
+                annotated=list(wanted),
+                detail="no free replica on a named GPU",
+            )
+        choice = self.replicas.choose(row, gpu_count, count, UNANNOTATED_POLICY)
+        if not choice:
+            log.warning("gpu_overcommit", pod=pod.key, node=node.name, requested=count)
+        return choice
 
     def _insert(self, pod: PodInfo, node: str, gpus: tuple[int, ...] | None, assumed: bool) -> None:
         self.generation += 1
@@ -344,7 +383,8 @@ class ClusterCache(NodeTable):
                 continue
             wanted[key] = indices
         claims = Counter(g for indices in wanted.values() for g in indices)
-        wanted = {k: v for k, v in wanted.items() if all(claims[g] == 1 for g in v)}
+        sharers = max(1, int(self.replicas.per_gpu[self.row_of[node]]))  # replicas of one GPU
+        wanted = {k: v for k, v in wanted.items() if all(claims[g] <= sharers for g in v)}
         if not wanted:
             return []
         states = {key: self.pods[key] for key in wanted}

@@ -9,7 +9,9 @@ A pod holds
 - its `nvidia.com/gpu` request (`PodInfo.gpus`) where its node offers GPUs through the device
   plugin (`nvidia.com/gpu` allocatable); on a node without any, that request is an extended
   resource served through the pod's extended-resource claim (`scheduler.plugins.
-  extended_resources`), so it is not counted twice;
+  extended_resources`), so it is not counted twice; on a node whose device plugin shares its
+  GPUs (time-slicing, MPS) the replicas it takes (`scheduler.model.gpu_sharing`), one GPU
+  each, also when they are advertised as `nvidia.com/gpu.shared`;
 - plus one GPU per device of a GPU driver (`dra.gpuDrivers`) allocated to its claims reserved
   for it (`scheduler.state.dra.reserved_gpu_devices`).
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from scheduler.model.gpu_sharing import replicas_requested
 from scheduler.model.objects import PodInfo
 from scheduler.model.resources import GPU
 from scheduler.state.cache import ClusterCache
@@ -44,5 +47,8 @@ class GpuHoldings:
     def of(self, pod: PodInfo, node: str) -> int:
         """The GPUs `pod`, counted on `node`, holds (see the module docstring)."""
         row = self._cache.row_of.get(node)
+        sharing = self._cache.nodes[node].sharing if row is not None else None
+        if sharing is not None:
+            return replicas_requested(pod.gpus, pod.scalar, sharing) + self.dra_gpus(pod)
         device_plugin = row is None or bool(self._cache.allocatable[row, GPU])
         return held_gpus(pod, device_plugin, self.dra_gpus(pod))

@@ -71,6 +71,7 @@ FULL: dict[str, Any] = {
         "podLabel": "exported_pod",
         "powerModels": {"NVIDIA A10": {"idleWatts": 20.0, "maxWatts": 150.0}},
         "reservationSeconds": 120.0,
+        "perProcessSharedUsage": True,
     },
     "accounting": {
         "enabled": False,
@@ -88,6 +89,11 @@ FULL: dict[str, Any] = {
     "dra": {
         "nvlinkDomainAttribute": "gpu.nvidia.com/partition8",
         "gpuDrivers": ["gpu.nvidia.com", "gpu.example.com"],
+    },
+    "sharing": {
+        "timeSlicedPlacement": "spread",
+        "weight": 5.0,
+        "failRequestsGreaterThanOne": True,
     },
     "health": {
         "enabled": False,

@@ -257,6 +257,7 @@ def test_daemon_profile_plugins() -> None:
         "NodeResourcesFit",
         "GPUHealth",
         "NVLink",
+        "GpuSharing",
         "VolumeBinding",
         "PodTopologySpread",
         "InterPodAffinity",
@@ -267,6 +268,7 @@ def test_daemon_profile_plugins() -> None:
         "DynamicResources",
         "NodeAffinity",
         "InterPodAffinity",
+        "GpuSharing",
         "GpuFragmentation",
         "PodTopologySpread",
     ]
