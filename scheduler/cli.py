@@ -8,6 +8,11 @@ gpu-scheduler simulate ...                       placement policies over a clust
 gpu-scheduler idle-report [--prometheus-url URL]  pods holding idle GPUs, and their reclaim policy
 gpu-scheduler version
 
+kubectl gpu-scheduler COMMAND ...                 the same, as a kubectl plugin (`kubectl_main`,
+                                                 the executable `kubectl-gpu_scheduler`): kubectl's
+                                                 --kubeconfig, --context, -n, -o translated by
+                                                 `scheduler.tools.kubectl_flags`
+
 Errors the user can fix (a missing kubeconfig, a bad file, a pod that does not exist, an API server
 that cannot be reached) end the command with ONE line on stderr, `gpu-scheduler <command>: <what
 is wrong>; <what to do>`, and exit code 2 (usage: flags, files, configuration) or 1 (run time: the
@@ -28,6 +33,7 @@ import signal
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import aiohttp
 import yaml
@@ -63,9 +69,9 @@ def package_version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "gpu-scheduler") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpu-scheduler",
+        prog=prog,
         description="Kubernetes secondary scheduler for GPU pods: NVLink-domain-aware placement "
         "and reclaim of measurably idle GPUs.",
     )
@@ -194,13 +200,14 @@ def _silence_stdout() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "gpu-scheduler") -> int:
     """Run one command; its exit code. When stdout is a pipe whose reader has closed it
     (`... | head -3`), the command ends quietly with EXIT_BROKEN_PIPE (141, as after SIGPIPE)
-    instead of a BrokenPipeError traceback: Python ignores SIGPIPE, so the write raises."""
+    instead of a BrokenPipeError traceback: Python ignores SIGPIPE, so the write raises.
+    `prog` names the command in usage and error lines."""
     try:
         try:
-            return _main(argv)
+            return _main(argv, prog)
         finally:
             sys.stdout.flush()  # inside the try: the pipe's error is raised here, not at exit
     except BrokenPipeError:
@@ -208,8 +215,35 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+def kubectl_main(argv: list[str] | None = None) -> int:
+    """The kubectl plugin `kubectl gpu-scheduler` (executable `kubectl-gpu_scheduler`): kubectl's
+    flags translated onto a subcommand (`scheduler.tools.kubectl_flags`), then `main`. No
+    command, `-h` or `--help` prints the plugin's usage (exit 2 without a command, else 0); a
+    flag the translation cannot use is one line on stderr and exit code 2."""
+    from scheduler.tools.kubectl_flags import PLUGIN_NAME, USAGE, Environment, translate
+
+    arguments = sys.argv[1:] if argv is None else argv
+    try:
+        if not arguments or arguments[0] in ("-h", "--help"):
+            print(USAGE, file=sys.stdout if arguments else sys.stderr)
+            return 0 if arguments else EXIT_USAGE
+        where = Environment(os.environ, Path.home(), _read_yaml)
+        translated = translate(arguments, where)
+    except CommandError as error:
+        print(f"{PLUGIN_NAME}: {_one_line(str(error))}", file=sys.stderr)
+        return error.exit_code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    return main(translated, PLUGIN_NAME)
+
+
+def _read_yaml(path: Path) -> object:
+    return yaml.safe_load(path.read_text())
+
+
+def _main(argv: list[str] | None, prog: str = "gpu-scheduler") -> int:
+    parser = build_parser(prog)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the chosen command's usage, not the top level's
         _deepest_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -249,12 +249,15 @@ def fence_of(api_client: client.ApiClient | None) -> WriteFence | None:
     return fence if isinstance(fence, WriteFence) else None
 
 
-async def api_client_for(kubeconfig: str | None) -> FencedApiClient:
-    """An API client from a kubeconfig file, or from the pod's service account when None; its
-    writes pass an (unarmed) `WriteFence`, `client.fence`."""
+async def api_client_for(kubeconfig: str | None, context: str | None = None) -> FencedApiClient:
+    """An API client from a kubeconfig file (its `context`, default its current-context), or from
+    the pod's service account when None; its writes pass an (unarmed) `WriteFence`,
+    `client.fence`."""
     configuration = client.Configuration()
     if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        await config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE

@@ -45,11 +45,14 @@ def kubeconfig_from_env(env: Mapping[str, str]) -> Path | None:
     return Path((existing or entries)[0])
 
 
-def check_kubeconfig(path: Path | str | None, env: Mapping[str, str]) -> None:
-    """Raise `CommandError` (exit 2) unless `path` is a readable YAML file with a current-context,
-    or is None inside a cluster (`IN_CLUSTER_VARIABLE` set in `env`). The client library's own
-    errors for such files are misleading (a missing file reads as one without a current-context)
-    or crash (an empty file)."""
+def check_kubeconfig(
+    path: Path | str | None, env: Mapping[str, str], context: str | None = None
+) -> None:
+    """Raise `CommandError` (exit 2) unless `path` is a readable YAML file with a current-context
+    (with `context` given: a context of that name), or is None inside a cluster
+    (`IN_CLUSTER_VARIABLE` set in `env`). The client library's own errors for such files are
+    misleading (a missing file reads as one without a current-context) or crash (an empty
+    file)."""
     if path is None:
         if not env.get(IN_CLUSTER_VARIABLE):
             raise CommandError(
@@ -69,6 +72,16 @@ def check_kubeconfig(path: Path | str | None, env: Mapping[str, str]) -> None:
         mark = getattr(error, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         raise CommandError(f"kubeconfig {file}{where}: not valid YAML; {KUBECONFIG_HINT}") from None
+    if context is not None:
+        contexts = document.get("contexts") if isinstance(document, dict) else None
+        names = [c.get("name") for c in contexts or [] if isinstance(c, dict)]
+        if context not in names:
+            shown = ", ".join(str(n)[:60] for n in names[:8]) or "none"
+            raise CommandError(
+                f"kubeconfig {file}: no context {context[:100]!r} (it has: {shown}); "
+                "list them with `kubectl config get-contexts`"
+            )
+        return
     if not isinstance(document, dict) or not document.get("current-context"):
         raise CommandError(
             f"kubeconfig {file}: not a kubeconfig with a current-context; {KUBECONFIG_HINT}"

@@ -1,9 +1,15 @@
 """`gpu-scheduler explain`: every node's filter verdict and score breakdown for one pod.
 
-    gpu-scheduler explain --pod NAMESPACE/NAME [--kubeconfig FILE] [-o table|json]
+    gpu-scheduler explain --pod NAMESPACE/NAME [--kubeconfig FILE] [--context NAME]
+        [-o table|wide|json|yaml]
         (without --kubeconfig: the KUBECONFIG environment variable, else in-cluster)
-    gpu-scheduler explain --pod-file POD.yaml --cluster DUMP.yaml [-o table|json]
-    gpu-scheduler explain --pod-group NAMESPACE/NAME [--kubeconfig FILE] [-o table|json]
+    gpu-scheduler explain --pod-file POD.yaml --cluster DUMP.yaml [-o ...]
+    gpu-scheduler explain --pod-group NAMESPACE/NAME [--kubeconfig FILE] [-o ...]
+
+The table opens with one line on the pod as a whole (`scheduler.tools.explain_summary`): bound
+to which node, or the daemon's reason when it asks for more GPUs than any node has, or how many
+nodes fit. A pod the API server would refuse because it asks for a fraction of an extended
+resource (`nvidia.com/gpu: "3.5"`) is not ranked: one line says so (exit code 2).
 
 For a gang member (or `--pod-group`) the output is the plan of the whole gang, member by member
 (`scheduler.tools.explain_gang`); offline, the dump must then hold the PodGroup too
@@ -67,6 +73,8 @@ from scheduler.tools.explain_gang import (
     render_gang,
 )
 from scheduler.tools.explain_health import read_sick_gpus, unhealthy_note
+from scheduler.tools.explain_summary import fractional_extended, summary_line
+from scheduler.tools.output import add_context_flag, add_output_flag, structured
 
 COMPONENTS = ("base", "domain_integrity", "node_matching", "domain_completion", "efficiency")
 JsonObject = dict[str, Any]
@@ -86,6 +94,19 @@ def explain(
 ) -> list[JsonObject]:
     """Rows for `pod_obj` against the Nodes and Pods in `objects` (plain API JSON), with the
     GPUs of `sick` unusable as in the daemon (`scheduler.tools.explain_health`)."""
+    return explain_pod(pod_obj, objects, framework, sick)[0]
+
+
+def explain_pod(
+    pod_obj: Mapping[str, Any],
+    objects: Iterable[Mapping[str, Any]],
+    framework: Framework,
+    sick: Mapping[GpuRef, Sickness] | None = None,
+) -> tuple[list[JsonObject], str]:
+    """`explain`'s rows, and the daemon's message when the pod asks for more GPUs than any node
+    has (`scheduler.core.cycle.larger_than_any_node`; "" otherwise)."""
+    from scheduler.core.cycle import larger_than_any_node
+
     cache = ClusterCache()
     items = list(objects)
     for obj in items:
@@ -153,7 +174,7 @@ def explain(
         if unhealthy:
             rows[-1]["unhealthy_gpus"] = {str(i): why for i, why in sorted(unhealthy.items())}
     rows.sort(key=lambda r: (not r["feasible"], -(r["score"] or 0.0), r["node"]))
-    return rows
+    return rows, larger_than_any_node(pod, snapshot)
 
 
 def render_table(rows: list[JsonObject]) -> str:
@@ -241,16 +262,20 @@ def load_dump(path: Path) -> list[JsonObject]:
 
 
 async def _from_cluster(
-    kubeconfig: Path | None, pod_ref: str | None, group_ref: str | None = None
+    kubeconfig: Path | None,
+    pod_ref: str | None,
+    group_ref: str | None = None,
+    context: str | None = None,
 ) -> tuple[JsonObject | None, list[JsonObject], Gang | None]:
     """The pod `pod_ref` (None with `group_ref`), every Node and Pod, and the gang to explain
-    (the pod's, or the PodGroup `group_ref`) with its PodGroup."""
+    (the pod's, or the PodGroup `group_ref`) with its PodGroup; `context` of the kubeconfig."""
     from kubernetes_asyncio import client
 
     from scheduler.kube.apierrors import APINotFoundError, expect_success
     from scheduler.kube.client import api_client_for
 
-    async with await api_client_for(str(kubeconfig) if kubeconfig else None) as api_client:
+    config_file = str(kubeconfig) if kubeconfig else None
+    async with await api_client_for(config_file, context) as api_client:
         core = client.CoreV1Api(api_client)
 
         async def raw(call: Any) -> Any:
@@ -333,9 +358,9 @@ def run_explain(args: argparse.Namespace) -> int:
         else:
             _ref("--pod-group", args.pod_group)
         kubeconfig = settings.kubeconfig or kubeconfig_from_env(os.environ)
-        check_kubeconfig(kubeconfig, os.environ)
+        check_kubeconfig(kubeconfig, os.environ, args.context)
         pod_obj, objects, gang = asyncio.run(
-            _from_cluster(kubeconfig, args.pod or None, args.pod_group or None)
+            _from_cluster(kubeconfig, args.pod or None, args.pod_group or None, args.context)
         )
         sick = asyncio.run(read_sick_gpus(settings)) if args.pod else {}
     else:
@@ -347,17 +372,24 @@ def run_explain(args: argparse.Namespace) -> int:
     if gang is not None:
         key, group_obj = gang
         explanation = explain_gang(key, group_obj, objects, framework, settings.scheduler_name)
-        if args.output == "json":
-            print(json.dumps(explanation.as_json(), indent=2))
-        else:
-            print(render_gang(explanation))
+        text = structured(explanation.as_json(), args.output)
+        print(text if text is not None else render_gang(explanation))
         return 0
     assert pod_obj is not None
-    rows = explain(pod_obj, objects, framework, sick)
-    if args.output == "json":
-        print(json.dumps(rows, indent=2))
-    else:
-        print(render_table(rows))
+    fraction = fractional_extended(pod_obj)
+    if fraction is not None:
+        source = args.pod_file or "the pod"
+        raise CommandError(
+            f"{source}: {fraction}: must be an integer; the API server refuses this pod "
+            "(extended resources such as nvidia.com/gpu come in whole units), so it is not ranked"
+        )
+    rows, too_big = explain_pod(pod_obj, objects, framework, sick)
+    text = structured(rows, args.output)
+    print(
+        text
+        if text is not None
+        else summary_line(pod_obj, rows, too_big) + "\n" + render_table(rows)
+    )
     return 0
 
 
@@ -402,7 +434,7 @@ def add_explain_parser(commands: Any) -> None:
         type=Path,
         help="kubectl get nodes,pods -A -o yaml output (for a gang member: nodes,pods,podgroups)",
     )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output_flag(parser)
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help="the daemon's YAML configuration (weights)"
     )
@@ -411,4 +443,5 @@ def add_explain_parser(commands: Any) -> None:
         metavar="FILE",
         help="kubeconfig for --pod (default: $KUBECONFIG, else the in-cluster configuration)",
     )
+    add_context_flag(parser)
     parser.set_defaults(handler=run_explain)

@@ -1,8 +1,9 @@
 """`gpu-scheduler idle-report`: the pods holding GPUs idle over the idle window, and whether reclaim
 could take them.
 
-    gpu-scheduler idle-report [--kubeconfig FILE] [--config FILE] [--prometheus-url URL]
-                              [--idle-window SECONDS] [--threshold PERCENT] [-o table|json]
+    gpu-scheduler idle-report [--kubeconfig FILE] [--context NAME] [--config FILE]
+                              [--prometheus-url URL] [--idle-window SECONDS]
+                              [--threshold PERCENT] [-n NAMESPACE] [-o table|wide|json|yaml]
 
 Reads every pod, PriorityClass, Node and ResourceClaim from the API server (the kubeconfig flag
 as the other subcommands; default: in-cluster), counts each pod's GPUs as the daemon does (its
@@ -17,7 +18,8 @@ needs, or why no policy applies (none, invalid, within toleration, unknown sched
 
 "Idle for" is a lower bound: the verdict proves idleness over the whole window, not since when.
 JSON rows have the keys `namespace`, `pod`, `node`, `gpus`, `usage_pct`, `idle_for_at_least_s`,
-`priority_class`, `reclaimable`, `policy`. Errors (no kubeconfig, API server or Prometheus
+`priority_class`, `reclaimable`, `policy` (`-o yaml`: the same as YAML). The report covers
+every namespace unless `-n NAMESPACE` names one. Errors (no kubeconfig, API server or Prometheus
 unreachable, bad flags) are one line on stderr and exit status 1 (2 for bad configuration).
 """
 
@@ -48,6 +50,7 @@ from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from scheduler.model.resources import GPU
 from scheduler.state.dra import reserved_gpu_devices
 from scheduler.state.gpu_holdings import held_gpus
+from scheduler.tools.output import add_context_flag, add_output_flag, structured
 
 JsonObject = dict[str, Any]
 PERIOD_S = 60.0
@@ -200,7 +203,7 @@ def _cut(text: str) -> str:
     return flat if len(flat) <= MAX_ERROR_CHARS else flat[:MAX_ERROR_CHARS] + "..."
 
 
-async def _read_cluster(kubeconfig: Path | None) -> ClusterView:
+async def _read_cluster(kubeconfig: Path | None, context: str | None = None) -> ClusterView:
     """Pods, PriorityClasses, Nodes and ResourceClaims as plain JSON (no claims where
     resource.k8s.io/v1 is not served); ReportError for an unusable kubeconfig or an API server
     that does not answer."""
@@ -212,7 +215,7 @@ async def _read_cluster(kubeconfig: Path | None) -> ClusterView:
 
     where = f"kubeconfig {str(kubeconfig)[:200]}" if kubeconfig else "in-cluster configuration"
     try:
-        api_client = await api_client_for(str(kubeconfig) if kubeconfig else None)
+        api_client = await api_client_for(str(kubeconfig) if kubeconfig else None, context)
     except ConfigException as error:
         raise ReportError(f"{where}: {_cut(str(error))} (give --kubeconfig FILE)") from None
     except Exception as error:  # not YAML, wrong shape, unreadable: the file is unusable
@@ -255,11 +258,14 @@ def _policies(classes: Iterable[Mapping[str, Any]]) -> dict[str, PolicyResult]:
     return policies
 
 
-async def build_report(settings: SchedulerConfig, prometheus_url: str) -> list[JsonObject]:
-    """Read the cluster and Prometheus, return the rows. Raises ReportError."""
+async def build_report(
+    settings: SchedulerConfig, prometheus_url: str, context: str | None = None
+) -> list[JsonObject]:
+    """Read the cluster (through the kubeconfig's `context`, default its current one) and
+    Prometheus, return the rows. Raises ReportError."""
     if settings.kubeconfig is not None and not settings.kubeconfig.is_file():
         raise ReportError(f"kubeconfig {str(settings.kubeconfig)[:200]}: no such file")
-    view = await _read_cluster(settings.kubeconfig)
+    view = await _read_cluster(settings.kubeconfig, context)
     pods = [parse_pod(obj) for obj in view.pods]
     holdings = report_holdings(
         pods,
@@ -321,17 +327,21 @@ def run_idle_report(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        rows = asyncio.run(build_report(settings, url))
+        rows = asyncio.run(build_report(settings, url, args.context))
     except ReportError as error:
         print(f"gpu-scheduler idle-report: {error}", file=sys.stderr)
         return 1
-    if args.output == "json":
-        print(json.dumps(rows, indent=2))
+    if args.namespace:
+        rows = [row for row in rows if row["namespace"] == args.namespace]
+    text = structured(rows, args.output)
+    if text is not None:
+        print(text)
     elif rows:
         print(render_table(rows))
     else:
         window = duration_text(settings.accounting.idle_window_seconds).removeprefix(">= ")
-        print(f"no pod holds GPUs idle over the last {window}")
+        where = f" in namespace {args.namespace}" if args.namespace else ""
+        print(f"no pod{where} holds GPUs idle over the last {window}")
     return 0
 
 
@@ -362,6 +372,10 @@ def add_idle_report_parser(commands: Any) -> None:
         metavar="PERCENT",
         help="usage under this is idle (default accounting.idleUsageThresholdPercent)",
     )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "-n", "--namespace", metavar="NAMESPACE", help="only this namespace's pods (default: all)"
+    )
+    add_output_flag(parser)
     add_config_flags(parser)
+    add_context_flag(parser)
     parser.set_defaults(handler=run_idle_report)

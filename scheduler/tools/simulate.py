@@ -88,6 +88,7 @@ from scheduler.tools.simulate_gangs import (
     render_gang_table,
     simulate_gangs,
 )
+from scheduler.tools.simulate_legend import POD_COLUMNS, help_epilog, legend_lines
 from scheduler.tools.simulate_policies import NVLINK_AWARE, POLICIES
 from scheduler.tools.simulate_trace import (
     TraceError,
@@ -464,7 +465,7 @@ def render_table(run: Run) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     ]
-    return "\n".join([*_describe(run), "", *table])
+    return "\n".join([*_describe(run), "", *table, "", *legend_lines(POD_COLUMNS)])
 
 
 def _workload_flag(args: argparse.Namespace) -> str:
@@ -534,6 +535,8 @@ def add_simulate_parser(commands: Any) -> None:
         "simulate",
         help="compare placement policies on a node list and a pod trace, in process",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog=help_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--nodes", type=Path, required=True, help="node list: openb CSV or YAML with `nodes:`"

@@ -55,6 +55,7 @@ from scheduler.gangs.planning import plan_gang
 from scheduler.model.objects import NodeInfo, PodInfo, parse_pod
 from scheduler.model.resources import GPU
 from scheduler.state.cache import ClusterCache
+from scheduler.tools.simulate_legend import GANG_COLUMNS, legend_lines
 from scheduler.tools.simulate_policies import GPU_SCHEDULER, POLICIES, gpu_scheduler_framework
 from scheduler.tools.simulate_trace import (
     TraceError,
@@ -510,4 +511,4 @@ def render_gang_table(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in table
     ]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *legend_lines(GANG_COLUMNS)])

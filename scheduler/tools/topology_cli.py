@@ -2,7 +2,7 @@
 identifier with `nvidia-smi -q -x`.
 
     gpu-scheduler topology discover [--file TOPO.txt [--query-file QUERY.xml]] [--by uuid|pci]
-                                    [--node NAME --patch] [--kubeconfig FILE]
+                                    [--node NAME --patch] [--kubeconfig FILE] [--context NAME]
 
 Without --file it runs `nvidia-smi topo -m` and `nvidia-smi -q -x` on this machine. It prints the
 annotations on stdout as KEY=VALUE, the arguments `kubectl annotate node NAME` takes:
@@ -14,8 +14,8 @@ printed then), and GPUs whose minor number differs from their index (NVIDIA's DR
 devices `gpu-<minor>`, so there the index annotation does not name DRA devices). With --file and
 no --query-file only the index annotation is printed; --query-file needs --file (both outputs
 must come from the same node). With --node and --patch it writes what it printed to the node.
-The kubeconfig is --kubeconfig, else the KUBECONFIG environment variable, else the in-cluster
-configuration.
+The kubeconfig is --kubeconfig (its --context, default its current-context), else the KUBECONFIG
+environment variable, else the in-cluster configuration.
 
 Errors raise `CommandError` (one line, printed by the CLI entry): exit 2 for an unreadable or
 malformed topology or query output and for missing flags, 1 when the node does not exist or the
@@ -40,6 +40,7 @@ from scheduler.tools.errors import (
     check_kubeconfig,
     kubeconfig_from_env,
 )
+from scheduler.tools.output import add_context_flag
 from topology.discover import ID_KINDS, domain_ids_of, minors_off_index, parse_topology
 from topology.domain_ids import NVLINK_DOMAIN_IDS_ANNOTATION, format_domain_ids
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, NodeTopology, TopologyError, format_domains
@@ -77,7 +78,12 @@ def describe(topology: NodeTopology) -> str:
     )
 
 
-async def patch_node(kubeconfig: str | None, node: str, annotations: Mapping[str, str]) -> None:
+async def patch_node(
+    kubeconfig: str | None,
+    node: str,
+    annotations: Mapping[str, str],
+    context: str | None = None,
+) -> None:
     from kubernetes_asyncio import client
 
     from scheduler.kube.apierrors import APINotFoundError, expect_success
@@ -85,7 +91,7 @@ async def patch_node(kubeconfig: str | None, node: str, annotations: Mapping[str
     from scheduler.logging import configure_logging
 
     configure_logging("error")  # the client logs each write; the outcome is printed below
-    async with await api_client_for(kubeconfig) as api_client:
+    async with await api_client_for(kubeconfig, context) as api_client:
         core = client.CoreV1Api(api_client)
         body = {"metadata": {"annotations": dict(annotations)}}
         response = await core.patch_node(node, cast(Any, body), _preload_content=False)
@@ -141,7 +147,7 @@ def run_discover(args: argparse.Namespace) -> int:
         if not args.node:
             raise CommandError("--patch needs --node NAME")
         kubeconfig = args.kubeconfig or kubeconfig_from_env(os.environ)
-        check_kubeconfig(kubeconfig, os.environ)
+        check_kubeconfig(kubeconfig, os.environ, args.context)
     if args.query_file is not None and args.file is None:
         raise CommandError("--query-file needs --file: give both outputs saved on the same node")
     topo_text = read_output(args.file, TOPO_COMMAND)
@@ -159,7 +165,8 @@ def run_discover(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.patch:
-        asyncio.run(patch_node(str(kubeconfig) if kubeconfig else None, args.node, annotations))
+        config_file = str(kubeconfig) if kubeconfig else None
+        asyncio.run(patch_node(config_file, args.node, annotations, args.context))
         print(f"node/{args.node} annotated {pairs}", file=sys.stderr)
     elif not args.node:
         print(
@@ -206,4 +213,5 @@ def add_topology_parser(commands: Any) -> None:
         type=Path,
         help="kubeconfig for --patch (default: $KUBECONFIG, else the in-cluster configuration)",
     )
+    add_context_flag(discover)
     discover.set_defaults(handler=run_discover)

@@ -337,6 +337,21 @@ async def test_the_admission_policy_decides_as_the_reclaim_parser(
             if await _admitted(scheduling, body) != expected:
                 disagreements.append((annotations, expected))
         assert disagreements == []
+        # One refusal names every problem: the API server reports only a policy's first failing
+        # validation, so the policy has one that joins them all.
+        every_bad = dict(zip(POLICY_ANNOTATIONS, ("high", "-5", "0", "nan"), strict=True))
+        message = await _refusal(
+            scheduling, _priority_class(f"{namespace}-every-bad", every_bad, namespace)
+        )
+        assert message is not None
+        assert [key for key in POLICY_ANNOTATIONS if f"annotation {key}: must be" in message] == (
+            list(POLICY_ANNOTATIONS)
+        ), message
+        partial_bad = _priority_class(f"{namespace}-partial", {TOLERATION_SECONDS: "-5"}, namespace)
+        message = await _refusal(scheduling, partial_bad)
+        assert message is not None
+        assert "missing (all four reclaim-idle-resource annotations are required)" in message
+        assert f"annotation {TOLERATION_SECONDS}: must be an integer from 0" in message, message
     finally:
         for delete, name in (
             (admission.delete_validating_admission_policy_binding, namespace),

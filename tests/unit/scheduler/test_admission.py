@@ -428,3 +428,24 @@ def test_kopf_warnings_and_errors_become_one_structlog_line_without_traceback(
     assert logs[0]["error"].startswith("ValueError: xxx")
     assert len(logs[0]["error"]) < server.MAX_LOGGED_CHARS + 50
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_admission_policy_names_every_problem_in_its_one_validation() -> None:
+    """The API server reports only the first failing validation of a policy, so the shipped
+    ValidatingAdmissionPolicy has one, joining a problem variable per annotation (the
+    integration test test_webhooks.py checks the API server's message names them all)."""
+    policy = manifest("reclaim-annotations-policy.yaml")[0]
+    (validation,) = policy["spec"]["validations"]
+    assert validation["expression"] == "size(variables.problems) == 0"
+    assert "variables.problems.join('; ')" in validation["messageExpression"]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    parts = [p.strip() for p in variables["problems"].split("+")]
+    assert parts[0] == "variables.missingProblems"
+    for key in POLICY_ANNOTATIONS:
+        (owner,) = (
+            name
+            for name, expression in variables.items()
+            if name.endswith("Problems") and name != "missingProblems" and key + "'" in expression
+        )
+        assert f"variables.{owner}" in parts
+        assert f"['annotation {key}: must be" in variables[owner]

@@ -91,8 +91,9 @@ def test_table_output_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtur
     pod, cluster = _write(tmp_path, 1)
     assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:3] == ["NODE", "FEASIBLE", "BASE"]
-    assert lines[1].split()[:2] == ["g1-0", "yes"]
+    assert lines[0] == "2/2 nodes fit pod default/p; the best is g1-0 (score 92)"
+    assert lines[1].split()[:3] == ["NODE", "FEASIBLE", "BASE"]
+    assert lines[2].split()[:2] == ["g1-0", "yes"]
     assert main(["explain", "--pod-file", str(pod)]) == 2
     assert "--cluster" in capsys.readouterr().err
     assert (
@@ -145,3 +146,79 @@ def test_rejected_nodes_show_no_partial_scores(
     assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("g2-expansion-0"))
     assert line.split()[1:10] == ["no", "-", "-", "-", "-", "-", "-", "-", "-"]
+
+
+def _table(capsys: pytest.CaptureFixture[str], pod: Path, cluster: Path) -> list[str]:
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_a_pod_larger_than_any_node_says_so_above_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """16 GPUs where the largest node has 8: the daemon's pod-level reason, then the rows."""
+    lines = _table(capsys, *_write(tmp_path, 16))
+    assert lines[0] == (
+        "0/2 nodes are available: the pod requests 16 nvidia.com/gpu "
+        "(spec.containers[*].resources.limits) and the largest node has 8."
+    )
+    assert all("Insufficient nvidia.com/gpu" in line for line in lines[2:]), lines
+
+
+def test_a_pod_no_node_fits_counts_the_reasons(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod, cluster = _write(tmp_path, 4)
+    dump = yaml.safe_load(cluster.read_text())
+    dump["items"][1]["spec"]["taints"] = [
+        {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+    ]
+    cluster.write_text(yaml.safe_dump(dump))
+    first = _table(capsys, pod, cluster)[0]
+    assert first.startswith("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 "), first
+
+
+def test_a_bound_pod_is_said_to_be_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod, cluster = _write(tmp_path, 1)
+    manifest = yaml.safe_load(pod.read_text())
+    manifest["spec"]["nodeName"] = "g2-expansion-0"
+    manifest["metadata"]["annotations"] = {"gpu-scheduler.io/gpus": "4"}
+    pod.write_text(yaml.safe_dump(manifest))
+    lines = _table(capsys, pod, cluster)
+    assert lines[0].startswith("pod default/p is bound to node g2-expansion-0 holding GPUs 4; ")
+    assert lines[1].split()[:2] == ["NODE", "FEASIBLE"]
+
+
+@pytest.mark.parametrize("quantity", ["3.5", "1500m", "0.1"])
+def test_a_fraction_of_a_gpu_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], quantity: str
+) -> None:
+    """The API server refuses nvidia.com/gpu: "3.5" (must be an integer); explain does not
+    rank it as 4 GPUs."""
+    pod, cluster = _write(tmp_path, 1)
+    pod.write_text(pod.read_text().replace("'1'", repr(quantity)))
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"gpu-scheduler explain: {pod}: spec.containers[0].resources.limits")
+    assert f"nvidia.com/gpu]: '{quantity}': must be an integer; the API server refuses" in line
+
+
+def test_whole_quantities_spelled_otherwise_are_ranked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod, cluster = _write(tmp_path, 1)
+    pod.write_text(pod.read_text().replace("'1'", "'1000m'"))
+    assert _table(capsys, pod, cluster)[0].startswith("2/2 nodes fit")
+
+
+def test_yaml_output_is_the_json_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod, cluster = _write(tmp_path, 1)
+    rows = _rows(capsys, pod, cluster)
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster), "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == rows
+    assert main(["explain", "--pod-file", str(pod), "--cluster", str(cluster), "-o", "wide"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("NODE")

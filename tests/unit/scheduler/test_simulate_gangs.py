@@ -221,7 +221,7 @@ def test_command_prints_one_row_per_policy(
     assert main(["simulate", "--nodes", str(node_file), "--gangs", str(gangs)]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("POLICY"))
-    rows = {line.split()[0]: line.split() for line in lines[header + 1 :]}
+    rows = {line.split()[0]: line.split() for line in lines[header + 1 : lines.index("", header)]}
     assert set(rows) == {GPU_SCHEDULER, POD_BY_POD}
     assert rows[GPU_SCHEDULER][3] == "0" and rows[POD_BY_POD][3] == "792"
     argv = ["simulate", "--nodes", str(node_file), "--random-gangs", "5", "-o", "json"]

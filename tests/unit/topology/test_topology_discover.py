@@ -6,11 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.datasets import DATA_DIR as TEST_DATA
 from tests.datasets import H200_DIR
 from topology.discover import discover_domains, parse_topology
 from topology.domains import TopologyError
 
 DATA_DIR = H200_DIR
+TOPOLOGY_SAMPLES = TEST_DATA / "topology"
 UNDERLINE, RESET = "\x1b[4m", "\x1b[0m"
 AFFINITY_HEADER = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
 
@@ -242,3 +244,14 @@ def test_fuzz_mutated_valid_output(sample: str, edits: list[tuple[int, int, str]
         at = position % (len(text) + 1)
         text = text[:at] + inserted + text[at + deleted :]
     parses_or_topology_error(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("hgx-8gpu-nvswitch.txt", "0-7"), ("pcie-8gpu-nvlink-pairs.txt", "0-1,2-3,4-5,6-7")],
+)
+def test_the_8_gpu_samples(name: str, expected: str) -> None:
+    """The 8-GPU samples of tests/data/topology (see its README), NICs and NIC legend included."""
+    text = (TOPOLOGY_SAMPLES / name).read_text()
+    assert discover_domains(text) == expected
+    assert parse_topology(text).gpu_count == 8
