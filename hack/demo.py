@@ -290,6 +290,7 @@ def start_in_cluster(cluster: LocalCluster) -> str:
     }
     port = urllib.parse.urlsplit(cluster.prometheus_url).port
     settings["reclaim"]["prometheusUrl"] = f"http://{cluster.real_node.host_ip}:{port}"
+    settings["metricsServing"] = {"secure": False}  # the demo reads /metrics without a token
     say("importing the image and rolling out the Deployment on the real node ...")
     deployed = incluster.deploy(
         cluster,
