@@ -63,6 +63,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -303,7 +304,28 @@ def start_in_cluster(cluster: LocalCluster) -> str:
     address = cluster.kubectl(
         "get", "pod", str(holder), "-n", incluster.NAMESPACE, "-o", "jsonpath={.status.podIP}"
     ).stdout
-    return f"http://{address}:10261/metrics"
+    return f"https://{address}:10261/metrics"
+
+
+METRICS_READER = "demo-metrics-reader"
+"""ServiceAccount the in-cluster demo reads /metrics as (the shipped Deployment serves it over
+HTTPS to the gpu-scheduler-metrics-reader ClusterRole only)."""
+
+
+def metrics_reader_token(cluster: LocalCluster) -> str:
+    """A day's token of `METRICS_READER`, bound to gpu-scheduler-metrics-reader."""
+    from hack.localcluster import incluster
+
+    cluster.kubectl("create", "serviceaccount", METRICS_READER, "-n", incluster.NAMESPACE)
+    cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        METRICS_READER,
+        "--clusterrole=gpu-scheduler-metrics-reader",
+        f"--serviceaccount={incluster.NAMESPACE}:{METRICS_READER}",
+    )
+    token = cluster.kubectl("create", "token", METRICS_READER, "-n", incluster.NAMESPACE)
+    return str(token.stdout).strip()
 
 
 def load_specs(path: Path | None, count: int) -> list[NodeSpec]:
@@ -356,6 +378,8 @@ class Demo:
     notes: list[str] = field(default_factory=list)
     metrics_url: str = ""
     """The scheduler's /metrics URL."""
+    metrics_token: str = ""
+    """Bearer token for it (in the cluster); "" sends none."""
     kueue: Kueue | None = None
     """Kueue, once the Kueue step (--kueue) has started it; stopped when the demo stops."""
 
@@ -499,10 +523,17 @@ def parse_gpu_time(text: str) -> GpuTime:
     return GpuTime(totals["allocated"], totals["busy"], totals["unmeasured"], periods)
 
 
-def read_gpu_time(metrics_url: str) -> GpuTime | None:
-    """The daemon's GPU time now; None when /metrics does not answer or cannot be parsed."""
+def read_gpu_time(metrics_url: str, token: str = "") -> GpuTime | None:
+    """The daemon's GPU time now, with `token` as the bearer token when given (HTTPS: the
+    replica's self-signed certificate is not verified); None when /metrics does not answer or
+    cannot be parsed."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(metrics_url, headers=headers)
     try:
-        with urllib.request.urlopen(metrics_url, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=unverified) as response:
             return parse_gpu_time(response.read().decode())
     except (OSError, ValueError):
         return None
@@ -547,12 +578,12 @@ def idle_report_command(demo: Demo) -> list[str]:
 
 
 def busy_time(demo: Demo) -> None:
-    before = read_gpu_time(demo.metrics_url)
+    before = read_gpu_time(demo.metrics_url, demo.metrics_token)
     start = before.measured_periods if before is not None else 0.0
     latest: list[GpuTime] = []
 
     def one_more_period() -> bool:
-        now = read_gpu_time(demo.metrics_url)
+        now = read_gpu_time(demo.metrics_url, demo.metrics_token)
         if now is not None and now.measured_periods > start:
             latest.append(now)
             return True
@@ -1087,7 +1118,8 @@ def run(args: argparse.Namespace) -> int:
             f"  logs:        {shown(cluster.log_dir)}\n"
             f"  scheduler:   {scheduler_url} (log: gpu-scheduler.log)\n"
         )
-        demo = Demo(cluster, kubectl, lambda: stop, metrics_url=scheduler_url)
+        token = metrics_reader_token(cluster) if args.in_cluster and not args.no_scheduler else ""
+        demo = Demo(cluster, kubectl, lambda: stop, metrics_url=scheduler_url, metrics_token=token)
         try:
             if not args.no_scheduler:
                 for step in steps:

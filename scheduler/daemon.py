@@ -24,7 +24,8 @@ Tasks:
 |                 | events and DeviceTaintRules while leading (scheduler.core.health_task) |
 | admission-webhooks | with webhooks on, every replica: kopf's HTTPS admission server      |
 |                 | (scheduler.admission.server)                                          |
-| http            | /metrics, /healthz, /readyz                                           |
+| http            | /metrics, /healthz, /readyz, /livez; with metricsServing.secure: HTTPS, |
+|                 | /metrics for authorized bearer tokens only (metrics.access)           |
 
 Stop (SIGTERM/SIGINT, or `Daemon.stop()`): the queue closes, so no new cycle starts; in-flight
 binds get `bind_grace_seconds` to finish, the rest are cancelled and their pods forgotten; the
@@ -34,6 +35,8 @@ Lease is released so a follower takes over at once; then everything else is canc
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -42,6 +45,7 @@ import structlog
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from metrics.access import CacheTtls, MetricsAccess
 from metrics.collectors import (
     Reading,
     count_samples,
@@ -57,8 +61,9 @@ from metrics.scheduling import SchedulingMetrics
 from metrics.server import make_app, start_server
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
+from scheduler.admission.certs import self_signed_context, serving_context
 from scheduler.admission.server import AdmissionWebhooks
-from scheduler.config import SchedulerConfig, split_host_port
+from scheduler.config import MetricsServingConfig, SchedulerConfig, split_host_port
 from scheduler.core.accounting_task import GpuAccounting
 from scheduler.core.allocation import AllocationTracker
 from scheduler.core.conflicts import ConflictMonitor
@@ -71,6 +76,7 @@ from scheduler.core.profile import default_framework
 from scheduler.core.queue import SchedulingQueue
 from scheduler.gangs.kueue import InvalidGroupReporter
 from scheduler.gangs.tracker import GangTracker
+from scheduler.kube.access_reviews import ApiAccessReviews
 from scheduler.kube.claims import list_device_taint_rules
 from scheduler.kube.client import fence_of
 from scheduler.kube.coscheduling import list_coscheduling_groups
@@ -100,6 +106,32 @@ log = structlog.get_logger("gpu-scheduler.daemon")
 
 BIND_GRACE_SECONDS = 10.0
 CACHE_EXPIRY_INTERVAL_S = 5.0
+
+
+def metrics_access(
+    serving: MetricsServingConfig, api_client: client.ApiClient
+) -> MetricsAccess | None:
+    """Who may read /metrics: the API server's reviews with the configured cache lifetimes;
+    None (open) when `serving.secure` is off."""
+    if not serving.secure:
+        return None
+    ttls = CacheTtls(
+        authentication=serving.authentication_cache_ttl_seconds,
+        allowed=serving.authorization_allowed_cache_ttl_seconds,
+        denied=serving.authorization_denied_cache_ttl_seconds,
+    )
+    return MetricsAccess(ApiAccessReviews(api_client), ttls)
+
+
+def metrics_tls(serving: MetricsServingConfig, host: str) -> ssl.SSLContext | None:
+    """The metrics server's TLS context: `certFile` and `keyFile`, else a self-signed
+    certificate for `host`, localhost, 127.0.0.1 and this host's name (as kube-scheduler makes
+    one without `--tls-cert-file`); None when `serving.secure` is off."""
+    if not serving.secure:
+        return None
+    if serving.cert_file is not None and serving.key_file is not None:
+        return serving_context(serving.cert_file, serving.key_file)
+    return self_signed_context([socket.gethostname(), "localhost", "127.0.0.1", host])
 
 
 def usage_source(settings: SchedulerConfig) -> UsageSource | None:
@@ -384,7 +416,10 @@ class Daemon:
 
     async def run(self) -> None:
         host, port = split_host_port(self.settings.metrics_address)
-        runner = await start_server(make_app(self.metrics_registry, self.synced), host, port)
+        serving = self.settings.metrics_serving
+        access = metrics_access(serving, self.api_client)
+        app = make_app(self.metrics_registry, self.synced, access)
+        runner = await start_server(app, host, port, metrics_tls(serving, host))
         sockets = [s for site in runner.sites for s in getattr(site._server, "sockets", [])]
         self.http_port = sockets[0].getsockname()[1] if sockets else port
         log.info(
@@ -392,6 +427,7 @@ class Daemon:
             scheduler_name=self.settings.scheduler_name,
             identity=self.elector.identity,
             metrics_port=self.http_port,
+            metrics_secure=serving.secure,
         )
         try:
             async with asyncio.TaskGroup() as group:

@@ -1,9 +1,12 @@
-"""A self-signed serving certificate for the webhook server when none is mounted.
+"""A self-signed serving certificate for the webhook server, and for the secure metrics server,
+when none is mounted.
 
 kopf's own generator needs `certbuilder` and `oscrypto`, and oscrypto cannot read the version of
 OpenSSL 3.0.10 and later; `cryptography` makes the same kind of certificate. The certificate is
 its own CA (the webhook configuration's `caBundle` is the certificate itself), valid for the
 given host names and IP addresses, for `VALIDITY`. A fresh key pair per process: nothing is kept.
+`serving_context` turns certificate files into the server-side `ssl.SSLContext` aiohttp serves
+with; `self_signed_context` makes a certificate and loads it, leaving no file behind.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import ssl
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -109,4 +113,21 @@ def mounted(folder: Path) -> CertFiles:
 
 def temporary_folder() -> tempfile.TemporaryDirectory[str]:
     """A private folder (mode 0700) for generated certificate files, removed on cleanup."""
-    return tempfile.TemporaryDirectory(prefix="gpu-scheduler-webhooks-")
+    return tempfile.TemporaryDirectory(prefix="gpu-scheduler-certs-")
+
+
+def serving_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 or later) serving the PEM chain `cert` with `key`;
+    raises `OSError` or `ssl.SSLError` naming the problem when they cannot be loaded."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def self_signed_context(names: Iterable[str]) -> ssl.SSLContext:
+    """`serving_context` of a fresh `self_signed` certificate for `names`; its files live only
+    while it is loaded (the context keeps the key in memory)."""
+    with temporary_folder() as folder:
+        files = self_signed(names, Path(folder))
+        return serving_context(files.cert, files.key)

@@ -32,9 +32,9 @@ Modules, each importing only modules listed above it:
 - `scheduler.config.tree`: the field metadata of settings and sections (`reads`, `nested`), the
   YAML key of a field (`camel`) and `check_settings`, which every `__post_init__` runs;
 - the sections: `scheduler.config.scoring`, `.binding`, `.queue` (backoff and queue),
-  `.leader_election`, `.reclaim` (reclaim, accounting and preemption), `.webhooks`, `.dra`
-  (Dynamic Resource Allocation), `.sharing` (time-sliced and MPS GPUs) and `.health` (GPUs
-  reported sick);
+  `.leader_election`, `.metrics_serving` (TLS and access of the metrics server), `.reclaim`
+  (reclaim, accounting and preemption), `.webhooks`, `.dra` (Dynamic Resource Allocation),
+  `.sharing` (time-sliced and MPS GPUs) and `.health` (GPUs reported sick);
 - `scheduler.config.root`: `SchedulerConfig`, the top-level settings and the invariant between
   sections;
 - `scheduler.config.flags`: the environment variables and command-line flags;
@@ -59,6 +59,7 @@ from scheduler.config.loading import (
     load_config,
     setting_keys,
 )
+from scheduler.config.metrics_serving import MetricsServingConfig
 from scheduler.config.queue import BackoffConfig, QueueConfig
 from scheduler.config.readers import ECHO_LIMIT, LOG_LEVELS, Reader, split_host_port
 from scheduler.config.reclaim import (
@@ -90,6 +91,7 @@ __all__ = [
     "DraSettings",
     "HealthConfig",
     "LeaderElectionConfig",
+    "MetricsServingConfig",
     "PreemptionConfig",
     "QueueConfig",
     "Reader",

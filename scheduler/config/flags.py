@@ -24,6 +24,7 @@ ENV_OVERRIDES: Final[Mapping[str, tuple[str, Callable[[str], object]]]] = {
     "GPU_SCHEDULER_KUBECONFIG": ("kubeconfig", str),
     "GPU_SCHEDULER_LOG_LEVEL": ("logLevel", str),
     "GPU_SCHEDULER_METRICS_ADDRESS": ("metricsAddress", str),
+    "GPU_SCHEDULER_METRICS_SECURE": ("metricsServing.secure", _env_bool),
     "GPU_SCHEDULER_LEADER_ELECT": ("leaderElection.enabled", _env_bool),
     "GPU_SCHEDULER_LEASE_NAMESPACE": ("leaderElection.leaseNamespace", str),
 }
@@ -52,6 +53,12 @@ FLAGS: Final = (
     Flag("--scheduler-name", "schedulerName", "schedule pods with this spec.schedulerName"),
     Flag("--log-level", "logLevel", "one of " + ", ".join(LOG_LEVELS)),
     Flag("--metrics-address", "metricsAddress", "host:port of the metrics and health server"),
+    Flag(
+        "--metrics-secure",
+        "metricsServing.secure",
+        "serve /metrics over HTTPS to authorized bearer tokens only",
+        True,
+    ),
     Flag("--leader-elect", "leaderElection.enabled", "compete for the leader Lease", True),
     Flag("--lease-namespace", "leaderElection.leaseNamespace", "namespace of the leader Lease"),
 )

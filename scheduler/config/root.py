@@ -12,6 +12,7 @@ from scheduler.config.dra import DraSettings
 from scheduler.config.errors import ConfigError, Invalid
 from scheduler.config.health import HealthConfig
 from scheduler.config.leader_election import LeaderElectionConfig
+from scheduler.config.metrics_serving import MetricsServingConfig
 from scheduler.config.queue import BackoffConfig, QueueConfig
 from scheduler.config.readers import (
     LOG_LEVELS,
@@ -47,7 +48,11 @@ class SchedulerConfig:
     log_level: str = field(default="info", metadata=reads(_log_level))
     """Least severe log level written: debug, info, warning or error."""
     metrics_address: str = field(default="0.0.0.0:10261", metadata=reads(host_port))
-    """host:port of the /metrics, /healthz and /readyz server ([::]:port for IPv6)."""
+    """host:port of the /metrics, /healthz, /readyz and /livez server ([::]:port for IPv6)."""
+    metrics_serving: MetricsServingConfig = field(
+        default_factory=MetricsServingConfig, metadata=nested(MetricsServingConfig)
+    )
+    """HTTPS and delegated authentication and authorization of that server (off by default)."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig, metadata=nested(ScoringConfig))
     """Node ranking."""
     binding: BindingConfig = field(default_factory=BindingConfig, metadata=nested(BindingConfig))

@@ -32,6 +32,9 @@ name, holder and transition count), the adapters write it on those requests as t
 a request whose term is not the Lease's current one. A write that leaves after another replica took
 the Lease over is then refused by the server, however long the pause was.
 
+The access reviews of the metrics server (TokenReview, SubjectAccessReview) are POSTs that store
+nothing; they are not fenced, so a follower answers its own scrapes.
+
 Unarmed (leader election disabled, or no elector at all, e.g. a test's client) the fence lets
 every write through with its own timeout.
 """
@@ -55,6 +58,13 @@ READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases(/[^/]+)?/?$")
 """Lease objects and their collection: the elector's own writes, which acquire the fence."""
 
+_REVIEWS = re.compile(
+    r"^/apis/(authentication\.k8s\.io/v1/tokenreviews|"
+    r"authorization\.k8s\.io/v1/subjectaccessreviews)/?$"
+)
+"""TokenReviews and SubjectAccessReviews (the metrics server's access checks): POSTs that store
+nothing, so followers send them too."""
+
 LEASE_TERM_ANNOTATION = "gpu-scheduler.io/lease-term"
 """Annotation on Bindings and Evictions: the term they were sent in, `namespace/name/holder/n`."""
 
@@ -64,8 +74,11 @@ MAX_PATH_CHARS = 200
 
 def is_fenced(method: str, path: str) -> bool:
     """Whether a request of `method` to `path` (no host, no query) is a write the fence guards:
-    every method but GET/HEAD/OPTIONS, except to coordination.k8s.io Leases."""
-    return method.upper() not in READ_METHODS and not _LEASES.match(path)
+    every method but GET/HEAD/OPTIONS, except to coordination.k8s.io Leases and the reviews
+    (TokenReview, SubjectAccessReview), which write nothing."""
+    if method.upper() in READ_METHODS:
+        return False
+    return not _LEASES.match(path) and not _REVIEWS.match(path)
 
 
 def lease_term(namespace: str, name: str, holder: str, transitions: int) -> str:

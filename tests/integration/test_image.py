@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -40,6 +41,10 @@ TOOLS = ("mmdebstrap", "buildah", "umoci", "runc", "containerd", "ctr")
 PACKAGES = ("scheduler", "topology", "reclaim", "metrics")
 IMAGE_ROOTFS_LIMIT = 450 * 2**20
 """Bytes the unpacked image may take (about 330 MiB when measured; docs/local-cluster.md)."""
+# TLS without verification, for the daemon's self-signed metrics certificate.
+UNVERIFIED = ssl.create_default_context()
+UNVERIFIED.check_hostname = False
+UNVERIFIED.verify_mode = ssl.CERT_NONE
 
 IMPORT_EVERYTHING = f"""
 import importlib, json, pkgutil, sys
@@ -212,7 +217,8 @@ def _readable_folder(path: Path, files: dict[str, str]) -> Path:
 async def _ready(port: int) -> bool:
     def probe() -> bool:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
+            url = f"https://127.0.0.1:{port}/readyz"  # the shipped metricsServing.secure
+            with urllib.request.urlopen(url, timeout=2, context=UNVERIFIED) as answer:
                 return bool(answer.status == 200)
         except (urllib.error.URLError, OSError):
             return False

@@ -8,7 +8,9 @@ and one leader; GPU pods bound onto kwok nodes from inside the cluster with the 
 ServiceAccount; a pod with a DRA claim template scheduled by the Deployment runs on the real node
 with the devices it allocated (kubelet prepares them through the node's DRA test driver), and its
 claim is deallocated once it is deleted; the mutating webhook served through its Service; both
-pods scraped by the cluster's Prometheus; the hardening seen on the host's view of the container
+pods scraped by the cluster's Prometheus over HTTPS with a token bound to the
+gpu-scheduler-metrics-reader ClusterRole (the shipped `metricsServing.secure`; no token: 401);
+the hardening seen on the host's view of the container
 processes (uid, capabilities, no new privileges, read-only root, RSS under the memory limit); a
 ConfigMap change rolls the Deployment while pods are created, none bound twice; deleting the
 leader hands over to the other replica.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import ssl
 import threading
 import time
 import urllib.parse
@@ -79,6 +82,11 @@ SHIPPED_CONFIG = yaml.safe_load(
 TIMEOUT_S = 120.0
 MEMORY_MARGIN = 2.0
 """The memory limit holds at least this many times the measured peak RSS of a replica."""
+SCRAPER = "metrics-scraper"
+"""ServiceAccount bound to gpu-scheduler-metrics-reader: this module scrapes with its token."""
+UNVERIFIED = ssl.create_default_context()
+UNVERIFIED.check_hostname = False
+UNVERIFIED.verify_mode = ssl.CERT_NONE  # each replica's metrics certificate is self-signed
 TIMINGS: dict[str, float] = {}
 """Seconds of each step, printed at the module's end (docs/local-cluster.md quotes them)."""
 MEASURED: dict[str, float] = {}
@@ -120,11 +128,25 @@ def ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def metrics_of(pod: dict[str, Any]) -> str:
-    """GET /metrics of the pod's metrics port, from the host (the CNI bridge routes pod IPs)."""
-    url = f"http://{pod['status']['podIP']}:10261/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
+def metrics_of(pod: dict[str, Any], token: str) -> str:
+    """GET /metrics of the pod's metrics port over HTTPS with `token`, from the host (the CNI
+    bridge routes pod IPs)."""
+    request = urllib.request.Request(
+        f"https://{pod['status']['podIP']}:10261/metrics",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=5, context=UNVERIFIED) as response:
         return str(response.read().decode())
+
+
+def status_without_token(pod: dict[str, Any]) -> int:
+    """The HTTP status of GET /metrics of the pod without a token."""
+    url = f"https://{pod['status']['podIP']}:10261/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=UNVERIFIED) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
 
 
 def sample(text: str, name: str) -> float | None:
@@ -189,6 +211,14 @@ def deployed(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathF
         real_node_cluster, archive, IMAGE_NAME, SHIPPED_CONFIG, folder / "overlay", webhooks=True
     )
     TIMINGS.update(done.timings)
+    real_node_cluster.kubectl("create", "serviceaccount", SCRAPER, "-n", NAMESPACE)
+    real_node_cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        SCRAPER,
+        "--clusterrole=gpu-scheduler-metrics-reader",
+        f"--serviceaccount={NAMESPACE}:{SCRAPER}",
+    )
     asyncio.run(_make_nodes(real_node_cluster.kubeconfig))
     real_node_cluster.kubectl("create", "namespace", WORKLOAD_NAMESPACE)
     until(
@@ -203,6 +233,15 @@ def deployed(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathF
     return done
 
 
+@pytest.fixture(scope="module")
+def scraper_token(real_node_cluster: LocalCluster, deployed: Deployed) -> str:
+    """A token of `SCRAPER` (TokenRequest API), good for an hour."""
+    created = real_node_cluster.kubectl(
+        "create", "token", SCRAPER, "-n", NAMESPACE, "--duration=1h"
+    )
+    return str(created.stdout).strip()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def report_timings(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
@@ -215,7 +254,7 @@ def report_timings(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def test_both_replicas_ready_on_the_real_node_with_one_leader(
-    real_node_cluster: LocalCluster, deployed: Deployed
+    real_node_cluster: LocalCluster, deployed: Deployed, scraper_token: str
 ) -> None:
     cluster = real_node_cluster
     assert cluster.real_node is not None
@@ -234,7 +273,8 @@ def test_both_replicas_ready_on_the_real_node_with_one_leader(
     # Each replica says whether it leads: exactly one does, and it is the Lease's holder.
     def one_leading() -> dict[str, float] | None:
         values = {
-            p["metadata"]["name"]: sample(metrics_of(p), "gpu_scheduler_leader") or 0.0
+            p["metadata"]["name"]: sample(metrics_of(p, scraper_token), "gpu_scheduler_leader")
+            or 0.0
             for p in pods
         }
         return values if sorted(values.values()) == [0.0, 1.0] else None
@@ -373,11 +413,14 @@ def test_the_mutating_webhook_is_served_through_its_service(
 
 
 def test_prometheus_scrapes_both_replicas(
-    real_node_cluster: LocalCluster, deployed: Deployed
+    real_node_cluster: LocalCluster, deployed: Deployed, scraper_token: str
 ) -> None:
+    """Through the secure metrics server: HTTPS, the scraper's bearer token (as
+    manifests/monitoring/prometheus.yml scrapes, with the token inline instead of a file)."""
     cluster = real_node_cluster
     assert cluster.prometheus_url is not None
     pods = scheduler_pods(cluster)
+    assert [status_without_token(p) for p in pods] == [401, 401]
     targets = [f"{p['status']['podIP']}:10261" for p in pods]
     path = cluster.work_dir / "prometheus.yml"
     settings = yaml.safe_load(path.read_text())
@@ -386,6 +429,9 @@ def test_prometheus_scrapes_both_replicas(
             "job_name": "gpu-scheduler",
             "scrape_interval": "1s",
             "scrape_timeout": "1s",
+            "scheme": "https",
+            "tls_config": {"insecure_skip_verify": True},
+            "authorization": {"credentials": scraper_token},
             "static_configs": [{"targets": targets}],
         }
     )

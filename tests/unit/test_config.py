@@ -39,6 +39,14 @@ FULL: dict[str, Any] = {
     "kubeconfig": "/etc/gpu-scheduler/kubeconfig",
     "logLevel": "debug",
     "metricsAddress": "[::1]:9100",
+    "metricsServing": {
+        "secure": True,
+        "certFile": "/etc/gpu-scheduler/metrics-tls/tls.crt",
+        "keyFile": "/etc/gpu-scheduler/metrics-tls/tls.key",
+        "authenticationCacheTtlSeconds": 5.0,
+        "authorizationAllowedCacheTtlSeconds": 30.0,
+        "authorizationDeniedCacheTtlSeconds": 0.0,
+    },
     "scoring": {
         "weights": {
             camel(spec.name): float(getattr(DEFAULT_WEIGHTS, spec.name)) * 0.5
@@ -245,6 +253,7 @@ def test_env_overrides_every_documented_variable() -> None:
         "GPU_SCHEDULER_METRICS_ADDRESS": "127.0.0.1:9000",
         "GPU_SCHEDULER_LEADER_ELECT": "False",
         "GPU_SCHEDULER_LEASE_NAMESPACE": "env-ns",
+        "GPU_SCHEDULER_METRICS_SECURE": "TRUE",
     }
     assert set(env) == set(ENV_OVERRIDES)
     config = load_config(None, env, {})
@@ -254,6 +263,7 @@ def test_env_overrides_every_documented_variable() -> None:
     assert config.metrics_address == "127.0.0.1:9000"
     assert not config.leader_election.enabled
     assert config.leader_election.lease_namespace == "env-ns"
+    assert config.metrics_serving.secure
 
 
 def test_empty_env_values_and_kubeconfig_are_ignored() -> None:
@@ -302,6 +312,9 @@ def test_flags_not_given_change_nothing() -> None:
     assert all(getattr(args, flag.dest) is None for flag in FLAGS)
     assert config_from_args(args, {"POD_NAME": "p"}) == load_config(None, {"POD_NAME": "p"}, {})
     assert config_from_args(parse(["--leader-elect"]), {}).leader_election.enabled
+    assert config_from_args(parse(["--metrics-secure"]), {}).metrics_serving.secure
+    secure_env = {"GPU_SCHEDULER_METRICS_SECURE": "true"}
+    assert not config_from_args(parse(["--no-metrics-secure"]), secure_env).metrics_serving.secure
 
 
 # --- errors name their key --------------------------------------------------------------------

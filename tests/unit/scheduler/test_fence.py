@@ -114,6 +114,10 @@ def test_margin_must_lie_inside_the_lease() -> None:
         ("PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/gpu-scheduler", False),
         ("POST", "/apis/coordination.k8s.io/v1/namespaces/a/leases", False),
         ("PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/x/other", True),
+        ("POST", "/apis/authentication.k8s.io/v1/tokenreviews", False),
+        ("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", False),
+        ("POST", "/apis/authorization.k8s.io/v1/namespaces/a/localsubjectaccessreviews", True),
+        ("DELETE", "/apis/authentication.k8s.io/v1/tokenreviews/x", True),
     ],
 )
 def test_which_requests_are_fenced(method: str, path: str, fenced: bool) -> None:
