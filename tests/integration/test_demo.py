@@ -157,7 +157,8 @@ def check_commands(lines: list[str], work_dir: Path) -> None:
     assert not Path(shlex.split(explain)[0]).is_absolute()  # the venv's, relative to the repo
     result = run_printed(explain)
     assert result.returncode == 0, result.stderr
-    rows = result.stdout.splitlines()
+    summary, *rows = result.stdout.splitlines()
+    assert summary.startswith("0/") and "nodes are available" in summary, summary
     assert rows[0].split()[:2] == ["NODE", "FEASIBLE"] and len(rows) > 3
     assert all(row.split()[1] == "no" for row in rows[1:])
     # The README's line is the demo's, with the default work folder.
