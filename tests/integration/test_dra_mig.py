@@ -57,8 +57,8 @@ async def first_fit(api: client.ApiClient, node: str, namespace: str) -> list[st
     pools = gather_pools(slices, node, {})
     classes = {}
     for name in (MIG_CLASS, GPU_CLASS):
-        response = await resource.read_device_class(name, _preload_content=False)
-        classes[name] = parse_device_class(json.loads(await response.read()))
+        raw = await resource.read_device_class(name, _preload_content=False)
+        classes[name] = parse_device_class(json.loads(await raw.read()))
     taken: set[tuple[str, str, str]] = set()
     chosen: list[str | None] = []
     matcher = CelSelectors()
