@@ -180,7 +180,7 @@ class Partitions:
             return None
         found = _SlottedSet(
             {name: index for index, name in enumerate(units)},
-            {n: v for n, v in counter_set.counters.items() if n not in set(units)},
+            {n: v for n, v in counter_set.counters.items() if v != 1},
         )
         self._sets[key] = found
         self._pools[key] = candidate.pool
