@@ -25,7 +25,10 @@ The three node types of the design (`SEED_NODE_TYPES`): G1 has 2 GPUs in one NVL
 (`DRA_NODE_TYPES`, not among the seed types): D8 has 8 H200 GPUs in two domains of 4, D4 has 4
 H100 GPUs in two domains of 2. A DRA spec with `shared_gpus` publishes its GPUs as devices that
 allow multiple allocations, with memory as a consumable capacity (DRAConsumableCapacity): S8 is
-D8 so (`SHARED_NODE_TYPES`, in no default set).
+D8 so (`SHARED_NODE_TYPES`, in no default set). A DRA spec with `mig_partitions` publishes each
+GPU whole and as every MIG placement, partitionable devices sharing one counter set per GPU
+(`hack.localcluster.dra_mig`: several slices per node, and the `mig.nvidia.com` DeviceClass):
+M8 is D8 so (`PARTITIONED_NODE_TYPES`, in no default set).
 H100 GPUs in two domains of 2.
 
 A spec with `replicas` N >= 2 shares its GPUs as the NVIDIA device plugin's time-slicing does:
@@ -44,7 +47,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from hack.localcluster import dra
+from hack.localcluster import dra, dra_mig
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NVLINK_ANNOTATION = "gpu-scheduler.io/nvlink-domains"
@@ -88,6 +91,9 @@ class NodeSpec:
     """With `"dra"`: GPUs shared by capacity (`hack.localcluster.dra.shared_gpu_capacity`)."""
     replicas: int = 1
     """Time-slicing replicas per GPU (device plugin only); 1: GPUs are not shared."""
+    mig_partitions: bool = False
+    """With `"dra"`: every GPU also published as its MIG placements
+    (`hack.localcluster.dra_mig`)."""
 
     def __post_init__(self) -> None:
         if self.gpu_api not in GPU_APIS:
@@ -97,6 +103,13 @@ class NodeSpec:
             )
         if self.shared_gpus and self.gpu_api != DRA:
             raise ValueError(f"node spec {self.type_name}: shared_gpus needs gpu_api 'dra'")
+        if self.mig_partitions and (
+            self.gpu_api != DRA or self.shared_gpus or not 0 < self.gpus <= dra_mig.MAX_MIG_GPUS
+        ):
+            raise ValueError(
+                f"node spec {self.type_name}: mig_partitions needs gpu_api 'dra', unshared GPUs "
+                f"and 1..{dra_mig.MAX_MIG_GPUS} of them"
+            )
         if self.replicas < 1 or (self.replicas > 1 and (self.gpu_api == DRA or self.mig)):
             raise ValueError(
                 f"node spec {self.type_name}: replicas must be >= 1, and 1 on DRA or MIG nodes"
@@ -198,6 +211,9 @@ T8 = NodeSpec(
 SHARED_NODE_TYPES: tuple[NodeSpec, ...] = (S8, T8)
 """Nodes whose GPUs are shared: S8 by DRA capacity, T8 by the device plugin's time-slicing;
 in no default set."""
+M8 = replace(D8, type_name="M8", mig_partitions=True)
+PARTITIONED_NODE_TYPES: tuple[NodeSpec, ...] = (M8,)
+"""Nodes whose DRA GPUs are partitionable into MIG placements; in no default set."""
 
 
 def spec_from_mapping(raw: Mapping[str, Any]) -> NodeSpec:
@@ -288,6 +304,8 @@ async def create_nodes(
     resource = resource_api(api)
     if any(spec.is_dra for spec, _ in nodes):
         await apply_gpu_device_class(resource)
+    if any(spec.mig_partitions for spec, _ in nodes):
+        await apply_mig_device_class(resource)
 
     async def create(spec: NodeSpec, name: str) -> None:
         async with gate:
@@ -324,10 +342,27 @@ async def apply_gpu_device_class(resource: client.ResourceV1Api) -> None:
     )
 
 
+async def apply_mig_device_class(resource: client.ResourceV1Api) -> None:
+    """Server-side apply the `mig.nvidia.com` DeviceClass (idempotent)."""
+    await resource.patch_device_class(
+        dra_mig.MIG_CLASS,
+        dra_mig.mig_device_class(),
+        field_manager=FIELD_MANAGER,
+        force=True,
+        **_APPLY,
+    )
+
+
 async def publish_node_slice(
     resource: client.ResourceV1Api, spec: NodeSpec, name: str, uid: str
 ) -> None:
-    """Server-side apply the ResourceSlice of DRA node `name` (UID `uid`) of `spec`."""
+    """Server-side apply the ResourceSlice(s) of DRA node `name` (UID `uid`) of `spec`."""
+    if spec.mig_partitions:
+        for body in dra_mig.mig_resource_slices(name, uid, spec.gpu_model(), spec.gpus):
+            await resource.patch_resource_slice(
+                body["metadata"]["name"], body, field_manager=FIELD_MANAGER, force=True, **_APPLY
+            )
+        return
     body = dra.node_resource_slice(name, uid, spec.gpu_model(), spec.gpus, spec.shared_gpus)
     await resource.patch_resource_slice(
         dra.slice_name(name), body, field_manager=FIELD_MANAGER, force=True, **_APPLY
@@ -357,11 +392,12 @@ async def delete_gpu_device_class(api: client.CoreV1Api) -> bool:
     left = await resource.list_resource_slice(field_selector=f"spec.driver={dra.DRIVER}", limit=1)
     if left.items:
         return False
-    try:
-        await resource.delete_device_class(dra.GPU_CLASS)
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
+    for name in (dra.GPU_CLASS, dra_mig.MIG_CLASS):
+        try:
+            await resource.delete_device_class(name)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
     return True
 
 

@@ -49,6 +49,17 @@ class CounterLedger:
                     return False
         return True
 
+    def remaining(self, pool: Pool, set_name: str) -> dict[str, Decimal]:
+        """What is left now of a counter set of `pool` (allocated and being taken deducted)."""
+        available = self._available.get(pool.id)
+        if available is None:
+            available = self._available[pool.id] = self._initial(pool)
+        taking = self._taking[pool.id][set_name]
+        return {
+            name: value - taking.get(name, Decimal(0))
+            for name, value in available.get(set_name, {}).items()
+        }
+
     def release(self, candidate: Candidate) -> None:
         """Give back what `reserve` took for the candidate."""
         self._add(candidate, -1)

@@ -25,7 +25,9 @@ allocator_incubating.go) search:
 candidate device examined; past `max_steps` the search stops with `SearchExceeded`. Candidate
 order is upstream's unless NVLink domains are given (`scheduler.dra.allocator_order`); then a
 request first tries the devices already shared where it fits, tightest fit first
-(`scheduler.dra.allocator_packing`), and only then untouched ones.
+(`scheduler.dra.allocator_packing`), and only then untouched ones; and a request that partitions
+can serve (MIG placements) tries them first in the fragmentation-aware order of
+`scheduler.dra.partitions`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from scheduler.dra.allocator_requests import (
 from scheduler.dra.allocator_results import Chosen
 from scheduler.dra.allocator_select import Selection, taint_prevents
 from scheduler.dra.consumable import CapacityError, DeviceUse, new_share_id
+from scheduler.dra.partitions import Partitions
 from scheduler.model.allocations import MAX_RESULTS
 from scheduler.model.claims import ResourceClaim
 
@@ -89,6 +92,7 @@ class Search:
         ]
         self._taking: dict[DeviceID, set[int]] = {}
         self._counters = CounterLedger(use.allocated)
+        self._partitions = Partitions(candidates) if self._domains is not None else None
         self.results: list[list[Chosen]] = [[] for _ in claims]
         self.selected: dict[tuple[int, int], int] = {}
         """(claim, request) -> index of the firstAvailable entry allocated."""
@@ -251,10 +255,14 @@ class Search:
         phases = domain_phases(
             self._candidates, untouched, data.num_devices, domains, claim_domains, busy
         )
-        if not self._shareable:
-            return phases
-        first = packed(self._candidates, serves, self._shares, data)
-        return (first, *phases) if first else phases
+        if self._shareable:
+            first = packed(self._candidates, serves, self._shares, data)
+            phases = (first, *phases) if first else phases
+        if self._partitions:
+            occupied = self._partitions.occupied(self._counters.remaining)
+            first = self._partitions.order(self._candidates, serves, occupied)
+            phases = (first, *phases) if first else phases
+        return phases
 
     def _free_for(self, data: RequestData, candidate: Candidate) -> bool:
         """The in-use test: admin access only avoids its own claim's devices."""
