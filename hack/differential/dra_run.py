@@ -56,8 +56,12 @@ from hack.differential.reference import (
     parse_scored,
 )
 from hack.differential.run import (
+    FINGERPRINT_PARTS,
+    STATE_CHANGED,
     check_counts,
+    describe_change,
     fingerprint,
+    wait_quiet,
     wait_running,
     wait_service_accounts,
 )
@@ -68,7 +72,6 @@ GROUP, VERSION, RULES = "resource.k8s.io", "v1", "devicetaintrules"
 OUTCOME_TIMEOUT_S = 30.0
 SETTLE_TIMEOUT_S = 60.0
 POLL_S = 0.05
-STATE_CHANGED = "the cluster state changed while the pod was judged"
 
 
 async def _raw(call: Awaitable[Any]) -> Any:
@@ -189,7 +192,7 @@ def _claim_state(claim: JsonObject, pod_uid: str) -> tuple[str, ...]:
 
 def dra_fingerprint(
     state: DraState, skip: str, own_claims: set[str], pod_uid: str
-) -> tuple[object, ...]:
+) -> tuple[tuple[object, ...], ...]:
     """`run.fingerprint` of nodes, pods and namespaces, plus what the DRA filters read:
     classes', slices' and taint rules' specs, and every claim but the candidate's own (its
     allocation, its reservations but the candidate's, deleting or not; the claim a scheduler
@@ -213,10 +216,13 @@ def dra_fingerprint(
         )
     )
     return (
-        fingerprint(list(state.nodes), list(state.pods), list(state.namespaces), skip),
+        *fingerprint(list(state.nodes), list(state.pods), list(state.namespaces), skip),
         specs,
         claims,
     )
+
+
+DRA_FINGERPRINT_PARTS = (*FINGERPRINT_PARTS, "class, slice or rule spec", "claim")
 
 
 async def baseline(core: client.CoreV1Api, scenario: DraScenario) -> frozenset[tuple[str, ...]]:
@@ -361,7 +367,8 @@ async def compare_dra_one(
                     raise
     ours_message = ours.error or ours.message
     if after != before:
-        return Outcome(key, features, frozenset(), ours.feasible, error=STATE_CHANGED)
+        error = f"{STATE_CHANGED}: {describe_change(before, after, DRA_FINGERPRINT_PARTS)}"
+        return Outcome(key, features, frozenset(), ours.feasible, error=error)
     if done is None:
         error = f"kube-scheduler gave no outcome within {OUTCOME_TIMEOUT_S:.0f} s"
         return Outcome(key, features, frozenset(), ours.feasible, ours.first_failure, error=error)
@@ -404,6 +411,7 @@ async def compare_dra_pods(
 ) -> list[Outcome]:
     """Every candidate's outcome; a pod whose state changed meanwhile is judged again (at most
     `attempts` times in all)."""
+    await wait_quiet(core)
     wanted = await baseline(core, scenario)
     outcomes: list[Outcome] = []
     for index, candidate in enumerate(scenario.candidates):
@@ -411,8 +419,9 @@ async def compare_dra_pods(
             raise RuntimeError("the reference kube-scheduler exited; see its log")
         outcome = await compare_dra_one(core, reference, scenario, candidate, wanted)
         for attempt in range(2, attempts + 1):
-            if outcome.error != STATE_CHANGED:
+            if not outcome.error.startswith(STATE_CHANGED):
                 break
+            await wait_quiet(core)
             outcome = await compare_dra_one(core, reference, scenario, candidate, wanted)
             outcome.attempts = attempt
         outcomes.append(outcome)

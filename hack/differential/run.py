@@ -183,7 +183,7 @@ async def _outcome(core: client.CoreV1Api, namespace: str, name: str) -> JsonObj
 
 def fingerprint(
     nodes: list[JsonObject], pods: list[JsonObject], namespaces: list[JsonObject], skip: str
-) -> tuple[object, ...]:
+) -> tuple[tuple[object, ...], ...]:
     """What either scheduler's filters read of the cluster, minus the pod keyed `skip`: the
     nodes' labels, taints, cordon and allocatable, the bound pods (node, uid, terminating or
     not, phase) and the namespaces' labels. Heartbeats and status conditions are left out."""
@@ -229,6 +229,59 @@ def fingerprint(
     )
 
 
+FINGERPRINT_PARTS = ("node", "bound pod", "namespace")
+SHOWN_CHANGES = 3
+SHOWN_CHARS = 240
+QUIET_TIMEOUT_S = 120.0
+
+
+def describe_change(
+    before: Sequence[Sequence[object]],
+    after: Sequence[Sequence[object]],
+    parts: Sequence[str] = FINGERPRINT_PARTS,
+) -> str:
+    """What differs between two fingerprints made of the parts named `parts` (each a sorted
+    tuple of items): per part, at most SHOWN_CHANGES items gone and new, each cut to
+    SHOWN_CHARS characters; "" when they are equal."""
+
+    def shown(items: set[object]) -> str:
+        listed = sorted(repr(item)[:SHOWN_CHARS] for item in items)
+        more = len(listed) - SHOWN_CHANGES
+        return "; ".join(listed[:SHOWN_CHANGES]) + (f"; and {more} more" if more > 0 else "")
+
+    changes: list[str] = []
+    for name, old, new in zip(parts, before, after, strict=True):
+        gone, added = set(old) - set(new), set(new) - set(old)
+        if gone:
+            changes.append(f"{name} gone: {shown(gone)}")
+        if added:
+            changes.append(f"{name} new: {shown(added)}")
+    return " | ".join(changes)
+
+
+def terminating(objects: Sequence[JsonObject]) -> list[str]:
+    """The names (namespace/name for namespaced objects) of `objects` being deleted."""
+    return [
+        "/".join(filter(None, (o["metadata"].get("namespace"), o["metadata"]["name"])))
+        for o in objects
+        if o["metadata"].get("deletionTimestamp")
+    ]
+
+
+async def wait_quiet(core: client.CoreV1Api, timeout: float = QUIET_TIMEOUT_S) -> list[str]:
+    """Wait until no namespace and no pod of the cluster is being deleted (an earlier test's
+    clean-up, which would change the state while a pod is judged), at most `timeout` seconds;
+    returns what is still being deleted then ([] once quiet)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        _, pods, namespaces = await _state(core)
+        busy = terminating(namespaces) + terminating(pods)
+        if not busy or loop.time() > deadline:
+            return busy
+        await asyncio.sleep(0.5)
+
+
 async def compare_one(
     core: client.CoreV1Api,
     reference: ReferenceScheduler,
@@ -240,8 +293,9 @@ async def compare_one(
     again, at most `attempts` times in all; after that the outcome carries an error."""
     outcome = await _compare_once(core, reference, candidate)
     for attempt in range(2, attempts + 1):
-        if outcome.error != STATE_CHANGED:
+        if not outcome.error.startswith(STATE_CHANGED):
             break
+        await wait_quiet(core)
         outcome = await _compare_once(core, reference, candidate)
         outcome.attempts = attempt
     return outcome
@@ -268,7 +322,8 @@ async def _compare_once(
     finally:
         await core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
     if after != before:
-        return Outcome(key, candidate.features, frozenset(), ours.feasible, error=STATE_CHANGED)
+        error = f"{STATE_CHANGED}: {describe_change(before, after)}"
+        return Outcome(key, candidate.features, frozenset(), ours.feasible, error=error)
     if done is None:
         return Outcome(
             key,
@@ -303,6 +358,7 @@ async def compare_pods(
     candidates: Sequence[Candidate],
     progress: Callable[[int, Outcome], None] | None = None,
 ) -> list[Outcome]:
+    await wait_quiet(core)
     outcomes: list[Outcome] = []
     for index, candidate in enumerate(candidates):
         if not reference.alive():

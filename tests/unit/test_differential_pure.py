@@ -14,7 +14,12 @@ from hack.differential.reference import (
     parse_bound,
     parse_scored,
 )
-from hack.differential.run import check_counts, fingerprint
+from hack.differential.run import (
+    check_counts,
+    describe_change,
+    fingerprint,
+    terminating,
+)
 
 HEAD = "I1126 12:52:58.903 26724 schedule_one.go:830]"
 SCORE = '"Calculated node\'s final score for pod"'
@@ -147,3 +152,35 @@ def test_fingerprint_sees_what_filters_read_and_ignores_the_judged_pod() -> None
         *pods[1:],
     ]
     assert fingerprint(scenario.nodes, terminating, scenario.namespaces, "d-a/judged") != base
+
+
+def test_a_changed_state_is_described_by_part_bounded_and_empty_when_equal() -> None:
+    scenario = generate(2, 5, 3)
+    pods = [
+        {**p, "metadata": {**p["metadata"], "uid": p["metadata"]["name"]}}
+        for p in scenario.existing
+    ]
+    base = fingerprint(scenario.nodes, pods, scenario.namespaces, skip="")
+    assert describe_change(base, base) == ""
+    others = [
+        {
+            "metadata": {"name": f"other-{i}", "namespace": "elsewhere", "uid": str(i)},
+            "spec": {"nodeName": "n"},
+            "status": {"phase": "Running"},
+        }
+        for i in range(5)
+    ]
+    changed = fingerprint(scenario.nodes, [*pods, *others], scenario.namespaces, skip="")
+    described = describe_change(base, changed)
+    assert described.startswith("bound pod new: ('elsewhere/other-0'")
+    assert described.endswith("; and 2 more") and "gone" not in described
+    assert describe_change(changed, base).startswith("bound pod gone: ")
+
+
+def test_terminating_names_objects_being_deleted() -> None:
+    objects = [
+        {"metadata": {"name": "ns-a", "deletionTimestamp": "2026-12-07T00:00:00Z"}},
+        {"metadata": {"name": "ns-b"}},
+        {"metadata": {"name": "p", "namespace": "ns-a", "deletionTimestamp": "now"}},
+    ]
+    assert terminating(objects) == ["ns-a", "ns-a/p"]
