@@ -126,6 +126,7 @@ from hack.bench.dra_workload import (
     extended_pod_manifest,
     wait_claims_gone,
 )
+from hack.bench.pending import RunPlacements, pending_reasons, pending_rows, render_pending
 from hack.localcluster import (
     SEED_NODE_TYPES,
     ClusterConfig,
@@ -230,6 +231,11 @@ class RunResult:
     """Pods deleted during the run (churn)."""
     peak_gpus: int = 0
     """The most GPUs held at once by the run's bound pods (all of them without churn)."""
+    placed: dict[str, str] = field(default_factory=dict)
+    """Pod name -> the node it was first seen bound to."""
+    pending_why: dict[str, str] = field(default_factory=dict)
+    """Pod name -> its PodScheduled=False message when the run ended, for each pending pod
+    (`hack.bench.pending`)."""
 
 
 # -- the cluster and the pod set ---------------------------------------------------------------
@@ -786,6 +792,7 @@ async def run_pods(
         order = steps if deleted else bind_steps(names)
         eligible, inside = nvlink_quality(order, size_of, seen.node, seen.gpus, topologies)
     pending = [n for n in names if n not in seen.at]
+    pending_why = await pending_reasons(core, namespace, pending) if pending else {}
     await clear_namespace(
         core,
         namespace,
@@ -814,6 +821,8 @@ async def run_pods(
         mode=mode_name(rate),
         deleted=len(deleted),
         peak_gpus=peak_held(steps, size_of),
+        placed=dict(seen.node),
+        pending_why=pending_why,
     )
 
 
@@ -1143,6 +1152,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="churn: delete each pod this long after it is bound (with --rate; no ceiling run)",
     )
+    parser.add_argument(
+        "--explain-pending",
+        action="store_true",
+        help="after the table: every run's pending pods by kind and reason, and where the "
+        "other runs placed them",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
@@ -1189,7 +1204,25 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(document, indent=2))
     else:
         print_table(results, options)
+    if args.explain_pending:
+        print_pending(results, options)
     return 0
+
+
+def print_pending(results: Sequence[RunResult], options: Options) -> None:
+    """`hack.bench.pending.render_pending` per node count and mode."""
+    names = [pod_name(i) for i in range(options.pods)]
+    sizes = dict(zip(names, pod_sizes(options.pods, options.seed, options.mix), strict=True))
+    kinds = feature_kinds(options.pods, options.seed) if options.features else []
+    kind_of = {name: kind for name, (kind, _) in zip(names, kinds, strict=False)}
+    for nodes, mode in dict.fromkeys((r.nodes, r.mode) for r in results):
+        runs = [
+            RunPlacements(r.run, r.placed, r.pending_why)
+            for r in results
+            if (r.nodes, r.mode) == (nodes, mode)
+        ]
+        print(f"\npending pods, {nodes} nodes, {mode}:")
+        print("\n".join(render_pending(pending_rows(runs, kind_of, sizes), "kube-scheduler")))
 
 
 if __name__ == "__main__":

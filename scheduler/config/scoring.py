@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.config.readers import Reader, fraction, integer, number
+from scheduler.config.readers import Reader, boolean, fraction, integer, number
 from scheduler.config.tree import check_settings, nested, reads
 from topology.scoring import ScoreWeights
 
@@ -27,6 +27,11 @@ class ScoringConfig:
     fragmentation_weight: float = field(default=10.0, metadata=reads(number(minimum=0.0)))
     """Multiplier of the GPU-fragmentation score (`scheduler.plugins.gpu_fragmentation`): the
     change of a node's expected free GPUs left without enough cpu or memory (0 turns it off)."""
+    narrow_to_one_domain: bool = field(default=True, metadata=reads(boolean))
+    """Narrow: a pod asking for 2 or more GPUs goes only to nodes that hold it inside one NVLink
+    domain whenever any feasible node can (`scheduler.plugins.nvlink`). False leaves one domain
+    to the score alone: such pods may then take a whole smaller node across its domains, which
+    keeps more of the larger nodes whole (docs/benchmarks.md, "Pods left pending")."""
     seed: int = field(default=0, metadata=reads(integer(0)))
     """Seed of the random generator that breaks ties between equally scored nodes."""
 

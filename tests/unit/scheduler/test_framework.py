@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
+from scheduler.config.scoring import ScoringConfig
 from scheduler.core.placement import Placement, place
 from scheduler.core.profile import default_framework
 from scheduler.framework.interface import CycleState, Rejection
@@ -393,6 +394,21 @@ def clusters(draw: st.DrawFn, layouts: list[tuple[int, str]] = LAYOUTS) -> Clust
 def single_domain_possible(cache: ClusterCache, gpus: int) -> bool:
     snapshot = Snapshot(cache)
     return bool((snapshot.free_per_domain >= gpus).any())
+
+
+def test_narrow_to_one_domain_setting_keeps_or_drops_the_split_nodes() -> None:
+    cache = cluster(
+        make_node("pairs", gpus=4, domains="0-1,2-3"),
+        make_node("eights", gpus=8, domains="0-3,4-7"),
+    )
+    pod = pod_info("four", gpus=4)
+    narrowing = evaluate(daemon_framework(), cache, pod)
+    assert list(narrowing.diagnosis.feasible) == [False, True]
+    settings = SchedulerConfig(scoring=ScoringConfig(narrow_to_one_domain=False))
+    scored_only = evaluate(default_framework(settings), cache, pod)
+    assert list(scored_only.diagnosis.feasible) == [True, True]
+    # The NVLink score still prefers one domain when both can take the pod.
+    assert cache.names[scored_only.chosen] == "eights"
 
 
 @settings(max_examples=200, deadline=None)
