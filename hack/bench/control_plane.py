@@ -126,7 +126,14 @@ from hack.bench.dra_workload import (
     extended_pod_manifest,
     wait_claims_gone,
 )
-from hack.bench.pending import RunPlacements, pending_reasons, pending_rows, render_pending
+from hack.bench.pending import (
+    NodeKind,
+    RunPlacements,
+    occupancy_lines,
+    pending_reasons,
+    pending_rows,
+    render_pending,
+)
 from hack.localcluster import (
     SEED_NODE_TYPES,
     ClusterConfig,
@@ -1221,6 +1228,12 @@ def print_pending(results: Sequence[RunResult], options: Options) -> None:
             for r in results
             if (r.nodes, r.mode) == (nodes, mode)
         ]
+        print(f"\nnodes at the end of each run, {nodes} nodes, {mode}:")
+        node_kinds = [
+            NodeKind(spec.type_name, spec.gpus, tuple(spec.node_names()))
+            for spec in node_specs(nodes)
+        ]
+        print("\n".join(occupancy_lines(runs, node_kinds, sizes)))
         print(f"\npending pods, {nodes} nodes, {mode}:")
         print("\n".join(render_pending(pending_rows(runs, kind_of, sizes), "kube-scheduler")))
 

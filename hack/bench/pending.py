@@ -126,3 +126,39 @@ def render_pending(rows: Sequence[PendingRow], other: str) -> list[str]:
             f"  {row.run} {row.pod} {row.kind} {row.gpus} GPUs | {where} | {row.reason[:200]}"
         )
     return lines
+
+
+@dataclass(frozen=True)
+class NodeKind:
+    """A node type of the run: its name, GPUs per node and node names."""
+
+    name: str
+    gpus: int
+    nodes: tuple[str, ...]
+
+
+def occupancy_lines(
+    runs: Sequence[RunPlacements], kinds: Sequence[NodeKind], sizes: Mapping[str, int]
+) -> list[str]:
+    """Per run and node type at the end of the run: nodes untouched, partly used and full, and
+    the GPUs its pods hold by pod size ("8x40" is 40 GPUs held by 8-GPU pods)."""
+    lines = []
+    for run in runs:
+        used: Counter[str] = Counter()
+        by_size: dict[str, Counter[int]] = {}
+        for pod, node in run.nodes.items():
+            used[node] += sizes.get(pod, 0)
+            by_size.setdefault(node, Counter())[sizes.get(pod, 0)] += sizes.get(pod, 0)
+        for kind in kinds:
+            full = sum(1 for n in kind.nodes if used[n] >= kind.gpus)
+            empty = sum(1 for n in kind.nodes if used[n] == 0)
+            held: Counter[int] = Counter()
+            for node in kind.nodes:
+                held.update(by_size.get(node, Counter()))
+            shares = " ".join(f"{size}x{gpus}" for size, gpus in sorted(held.items()))
+            lines.append(
+                f"  {run.run:<15} {kind.name:<13} {len(kind.nodes):>5} nodes: {empty:>4} untouched "
+                f"{len(kind.nodes) - empty - full:>4} partly used {full:>4} full | GPUs held "
+                f"by pod size: {shares}"
+            )
+    return lines

@@ -5,7 +5,9 @@ from __future__ import annotations
 from hack.bench.pending import (
     NO_CONDITION,
     PENDING,
+    NodeKind,
     RunPlacements,
+    occupancy_lines,
     pending_rows,
     reason_counts,
     render_pending,
@@ -72,3 +74,27 @@ def test_the_scheduled_false_condition_is_read_or_its_absence_said() -> None:
     }
     assert scheduled_false_message(pod) == f"Unschedulable: {FIT}"
     assert scheduled_false_message({"status": {}}) == NO_CONDITION
+
+
+def test_occupancy_counts_nodes_by_state_and_gpus_by_pod_size() -> None:
+    run = RunPlacements("r", {"a": "big-0", "b": "big-0", "c": "big-1", "d": "small-0"}, {})
+    kinds = [
+        NodeKind("Big", 8, ("big-0", "big-1", "big-2")),
+        NodeKind("Small", 2, ("small-0",)),
+    ]
+    lines = occupancy_lines([run], kinds, {"a": 4, "b": 4, "c": 1, "d": 2})
+    assert lines[0].split("|")[0].split() == [
+        "r",
+        "Big",
+        "3",
+        "nodes:",
+        "1",
+        "untouched",
+        "1",
+        "partly",
+        "used",
+        "1",
+        "full",
+    ]
+    assert lines[0].endswith("GPUs held by pod size: 1x1 4x8")
+    assert "0 untouched" in lines[1] and "1 full" in lines[1] and lines[1].endswith("2x2")
