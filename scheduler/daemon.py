@@ -13,6 +13,8 @@ Tasks:
 |                 | awaited for readiness: gang members wait until their PodGroup is seen |
 | informer:coscheduling | scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1), likewise |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
+| event-series    | ends event series that stopped repeating, refreshes long ones (final |
+|                 | counts written; scheduler.kube.events)                                |
 | cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
 | scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
@@ -436,6 +438,7 @@ class Daemon:
                     self._guarded("informer:podgroups", self.podgroups.run, group),
                     self._guarded("informer:coscheduling", self.cosched_groups.run, group),
                     self._guarded("queue-flush", self.queue.run, group),
+                    self._guarded("event-series", self.recorder.run, group),
                     self._guarded("cache-expiry", self._expire_reservations, group),
                     self._guarded("leader-election", self.elector.run, group),
                     self._guarded("scheduling", self._schedule_while_leading, group),
