@@ -189,9 +189,11 @@ class EventRecorder:
                 ref, type_, reason, action, note, self.controller, self.instance, wall
             )
 
+        writes = self.series.observe(key, self.clock(), wall, body)
+        own = self.series.get(key)
         recorded = True
-        for series in self.series.observe(key, self.clock(), wall, body):
-            if not self._request(series) and series.key == key:
+        for series in writes:
+            if not self._request(series) and series is own:
                 recorded = False
         return recorded
 

@@ -69,6 +69,9 @@ async def test_pending_writes_are_bounded_and_drops_counted() -> None:
         assert accepted == [True] * 4 + [False] * 6
         assert rec.queued == 4
         assert rec.dropped == 6
+        # A repeat needs no new writer: its series' writer takes the count along.
+        assert rec.emit(ref("p0"), WARNING, "FailedScheduling", "Scheduling", "no room")
+        assert (rec.queued, rec.dropped) == (4, 6)
         assert events.gate is not None
         events.gate.set()
         await rec.drain(timeout=30)
