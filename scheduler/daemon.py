@@ -13,11 +13,14 @@ Tasks:
 |                 | awaited for readiness: gang members wait until their PodGroup is seen |
 | informer:coscheduling | scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1), likewise |
 | queue-flush     | moves pods out of backoff and out of a long unschedulable stay       |
+| event-series    | ends event series that stopped repeating, refreshes long ones (final |
+|                 | counts written; scheduler.kube.events)                                |
 | cache-expiry    | drops expired reclaim reservations (assumed pods never expire)        |
 | leader-election | competes for the Lease (or always leads when disabled)                |
 | scheduling      | while leading and synced: the scheduling loop; cancelled the moment   |
 |                 | leadership is lost (in-flight binds are cancelled and forgotten)      |
-| allocation-tracking | with reclaim on: GPU indices pods really hold, from dcgm-exporter |
+| allocation-tracking | with allocationTracking on and a Prometheus, every replica: GPU indices |
+|                 | pods on device-plugin nodes really hold, from dcgm-exporter          |
 | gpu-conflicts   | while leading: reports pods sharing a GPU index (scheduler.core.conflicts)  |
 | gpu-accounting  | every replica: GPU busy/allocated time (scheduler.core.accounting_task)    |
 | gpu-health      | with health on and a Prometheus: sick GPUs into the cache on every replica; |
@@ -65,7 +68,7 @@ from scheduler.admission.certs import self_signed_context, serving_context
 from scheduler.admission.server import AdmissionWebhooks
 from scheduler.config import MetricsServingConfig, SchedulerConfig, split_host_port
 from scheduler.core.accounting_task import GpuAccounting
-from scheduler.core.allocation import AllocationTracker
+from scheduler.core.allocation import allocation_tracker
 from scheduler.core.conflicts import ConflictMonitor
 from scheduler.core.coscheduling import CoschedulingGroupHandler
 from scheduler.core.cycle import PostFilters, Scheduler
@@ -186,11 +189,7 @@ class Daemon:
         framework = default_framework(settings)
         self.policies = PolicyStore(self.recorder)
         self.usage = usage_source(settings)
-        self.allocation = (
-            AllocationTracker(self.cache, self.usage)
-            if isinstance(self.usage, PrometheusClient)
-            else None
-        )
+        self.allocation = allocation_tracker(settings, self.cache)
         self.reclaimer = Reclaimer(self.context, framework, self.policies, self.usage)
         self.reclaimer.preemption.on_attempt = self.metrics.preemption
         framework.narrowers.append(NominatedNode(self.reclaimer))
@@ -436,6 +435,7 @@ class Daemon:
                     self._guarded("informer:podgroups", self.podgroups.run, group),
                     self._guarded("informer:coscheduling", self.cosched_groups.run, group),
                     self._guarded("queue-flush", self.queue.run, group),
+                    self._guarded("event-series", self.recorder.run, group),
                     self._guarded("cache-expiry", self._expire_reservations, group),
                     self._guarded("leader-election", self.elector.run, group),
                     self._guarded("scheduling", self._schedule_while_leading, group),

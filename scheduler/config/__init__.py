@@ -34,7 +34,8 @@ Modules, each importing only modules listed above it:
 - the sections: `scheduler.config.scoring`, `.binding`, `.queue` (backoff and queue),
   `.leader_election`, `.metrics_serving` (TLS and access of the metrics server), `.reclaim`
   (reclaim, accounting and preemption), `.webhooks`, `.dra` (Dynamic Resource Allocation),
-  `.sharing` (time-sliced and MPS GPUs) and `.health` (GPUs reported sick);
+  `.sharing` (time-sliced and MPS GPUs), `.health` (GPUs reported sick) and `.allocation`
+  (GPU indices corrected from dcgm-exporter);
 - `scheduler.config.root`: `SchedulerConfig`, the top-level settings and the invariant between
   sections;
 - `scheduler.config.flags`: the environment variables and command-line flags;
@@ -44,6 +45,7 @@ Modules, each importing only modules listed above it:
 Import the names below from `scheduler.config` itself.
 """
 
+from scheduler.config.allocation import AllocationTrackingConfig
 from scheduler.config.binding import BindingConfig
 from scheduler.config.dra import DraSettings
 from scheduler.config.errors import ConfigError
@@ -85,6 +87,7 @@ __all__ = [
     "OVERRIDE_SOURCE",
     "RECLAIM_MODES",
     "AccountingConfig",
+    "AllocationTrackingConfig",
     "BackoffConfig",
     "BindingConfig",
     "ConfigError",

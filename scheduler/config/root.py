@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.config.allocation import AllocationTrackingConfig
 from scheduler.config.binding import BindingConfig
 from scheduler.config.dra import DraSettings
 from scheduler.config.errors import ConfigError, Invalid
@@ -85,6 +86,10 @@ class SchedulerConfig:
     """Time-sliced and MPS GPUs of the device plugin."""
     health: HealthConfig = field(default_factory=HealthConfig, metadata=nested(HealthConfig))
     """GPU health: GPUs dcgm-exporter reports sick are never chosen."""
+    allocation_tracking: AllocationTrackingConfig = field(
+        default_factory=AllocationTrackingConfig, metadata=nested(AllocationTrackingConfig)
+    )
+    """The GPU indices pods on device-plugin nodes really hold, from dcgm-exporter."""
     # Further sections go here; the loader, overrides and unknown-key checks pick them up.
 
     def __post_init__(self) -> None:

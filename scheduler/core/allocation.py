@@ -1,19 +1,25 @@
-"""Real-time allocation tracking: which GPU indices pods really hold, from dcgm-exporter.
+"""Allocation tracking: which GPU indices pods really hold on device-plugin nodes, from
+dcgm-exporter.
 
-The kubelet and the device plugin pick a pod's GPUs on the node; the scheduler only records its
-intended choice (and guesses for pods bound by other schedulers). dcgm-exporter labels each GPU's
-series with the pod holding it, so Prometheus knows the truth. Every `interval` seconds the
+On a node that offers `nvidia.com/gpu` through the device plugin, the kubelet and the device
+plugin pick a pod's GPUs when it starts (NVIDIA's plugin answers the kubelet's
+GetPreferredAllocation with its own NVLink-aware choice); nothing on the node reads the
+`gpu-scheduler.io/gpus` annotation. The scheduler's choice there is its intent, and its guess for
+pods other schedulers bound. dcgm-exporter labels each GPU's series with the pod holding it, so
+Prometheus knows the truth. Every `interval` seconds (`allocationTracking.periodSeconds`) the
 tracker reads it (`PrometheusClient.gpu_holders`), lists where the cache differs
-(`occupancy_corrections`), and corrects the cache's per-domain occupancy, all pods of a node
-at once (`ClusterCache.correct_node_gpus`, so swaps converge in one round), logging each
-correction; scoring and victim selection then use the corrected domains. Prometheus trouble
-only skips a round.
+(`occupancy_corrections`), and corrects the cache's per-domain occupancy, all pods of a node at
+once (`ClusterCache.correct_node_gpus`, so swaps converge in one round), logging each correction;
+scoring and victim selection then use the corrected domains. The pod's annotation is not
+rewritten. Prometheus trouble only skips a round. Pods on DRA nodes hold no GPU indices in the
+cache (their claims' devices are the allocation the scheduler wrote), so nothing is corrected
+there.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 import structlog
@@ -21,9 +27,12 @@ import structlog
 from reclaim.prometheus import (
     Correction,
     PodKey,
+    PrometheusClient,
     PrometheusQueryFailed,
     occupancy_corrections,
 )
+from reclaim.promql import LabelNames
+from scheduler.config import SchedulerConfig
 from scheduler.state.cache import ClusterCache
 
 log = structlog.get_logger("gpu-scheduler.core.allocation")
@@ -45,10 +54,14 @@ class AllocationTracker:
         cache: ClusterCache,
         prometheus: HolderSource,
         interval: float = DEFAULT_INTERVAL_S,
+        close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """Corrects `cache` from `prometheus` every `interval` seconds; `close`, when given, is
+        awaited when `run()` ends (the source's session)."""
         self.cache = cache
         self.prometheus = prometheus
         self.interval = interval
+        self.close = close
         self.corrections = 0
 
     def recorded(self) -> dict[tuple[str, str], tuple[str, tuple[int, ...]]]:
@@ -79,10 +92,35 @@ class AllocationTracker:
         return changed
 
     async def run(self) -> None:
-        """Refresh every `interval` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.refresh()
-            except PrometheusQueryFailed as error:
-                log.warning("gpu_allocation_refresh_failed", error=str(error))
+        """Refresh every `interval` seconds until cancelled; then `close`."""
+        try:
+            while True:
+                await asyncio.sleep(self.interval)
+                try:
+                    await self.refresh()
+                except PrometheusQueryFailed as error:
+                    log.warning("gpu_allocation_refresh_failed", error=str(error))
+        finally:
+            if self.close is not None:
+                await self.close()
+
+
+def allocation_tracker(settings: SchedulerConfig, cache: ClusterCache) -> AllocationTracker | None:
+    """The tracker the daemon runs, with its own Prometheus session; None (logged once) when
+    `allocationTracking.enabled` is false or `reclaim.prometheusUrl` is empty: the cache then
+    keeps the scheduler's choice of GPU indices for the pod's whole life."""
+    reclaim = settings.reclaim
+    if not settings.allocation_tracking.enabled or not reclaim.prometheus_url:
+        log.info(
+            "gpu_allocation_tracking_off",
+            reason="allocationTracking.enabled false or no reclaim.prometheusUrl",
+        )
+        return None
+    source = PrometheusClient(
+        reclaim.prometheus_url,
+        timeout_s=reclaim.prometheus_timeout_seconds,
+        label_names=LabelNames(namespace=reclaim.namespace_label, pod=reclaim.pod_label),
+    )
+    return AllocationTracker(
+        cache, source, settings.allocation_tracking.period_seconds, close=source.close
+    )

@@ -43,3 +43,32 @@ async def test_guessed_gpus_are_corrected_from_dcgm_exporter(
 
 async def _counted(pods: dict[str, object], key: str) -> bool:
     return key in pods
+
+
+async def test_the_daemon_corrects_on_its_own_every_period_with_reclaim_off(
+    cluster: LocalCluster, core_api: client.CoreV1Api, namespace: str
+) -> None:
+    """The daemon's own tracker, set by `allocationTracking`, runs with a Prometheus whatever
+    `reclaim.mode` is (off here); with `enabled: false` nothing is corrected."""
+    (node,) = await make_nodes(core_api, [isolated(G2_EXPANSION, namespace)])
+    await core_api.create_namespaced_pod(namespace, gpu_pod("annotated", 1, scheduler_name="x"))
+    await bind(core_api, namespace, "annotated", node, {"gpu-scheduler.io/gpus": "4"})
+    await core_api.create_namespaced_pod(namespace, gpu_pod("guessed", 1, scheduler_name="x"))
+    await bind(core_api, namespace, "guessed", node)
+    key = f"{namespace}/guessed"
+    reclaim = {"prometheusUrl": cluster.prometheus_url, "scrapeIntervalSeconds": 1}
+    off = settings_for(namespace, reclaim=reclaim, allocationTracking={"enabled": False})
+    async with running_daemon(cluster, off) as daemon:
+        assert daemon.allocation is None
+        await eventually(lambda: _counted(daemon.cache.pods, key), what="pod in the cache")
+        assert daemon.cache.gpus_of(key) == (5,)  # the guess stands
+    on = settings_for(namespace, reclaim=reclaim, allocationTracking={"periodSeconds": 1})
+    async with running_daemon(cluster, on) as daemon:
+        assert daemon.allocation is not None and daemon.allocation.interval == 1.0
+
+        async def corrected() -> bool:
+            return daemon.cache.gpus_of(key) == (0,)
+
+        await eventually(corrected, what="the daemon's tracker correcting the guess")
+        assert daemon.cache.gpus_of(f"{namespace}/annotated") == (4,)
+        assert daemon.allocation.corrections >= 1

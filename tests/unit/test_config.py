@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from scheduler.config import (
     ENV_OVERRIDES,
     FLAGS,
+    AllocationTrackingConfig,
     BackoffConfig,
     BindingConfig,
     ConfigError,
@@ -111,6 +112,7 @@ FULL: dict[str, Any] = {
         "periodSeconds": 15.0,
         "writeDeviceTaintRules": True,
     },
+    "allocationTracking": {"enabled": False, "periodSeconds": 60.0},
 }
 
 
@@ -197,6 +199,7 @@ def test_full_file_round_trip(tmp_path: Path) -> None:
     assert config.leader_election == LeaderElectionConfig(
         False, "gpu-scheduler-b", "gpu-system", 30, 20.0, 4.0, "replica-1"
     )
+    assert config.allocation_tracking == AllocationTrackingConfig(False, 60.0)
     assert config_to_data(config) == FULL
     again = load_config(write(tmp_path, config_to_data(config), "again.yaml"), {}, {})
     assert again == config
@@ -362,6 +365,10 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"leaderElection": {"retryPeriodSeconds": 0}}, "leaderElection.retryPeriodSeconds"),
     ({"leaderElection": {"identity": ""}}, "leaderElection.identity"),
     ({"leaderElection": {"identity": None}}, "leaderElection.identity"),
+    ({"allocationTracking": {"enabled": "sometimes"}}, "allocationTracking.enabled"),
+    ({"allocationTracking": {"periodSeconds": 0.5}}, "allocationTracking.periodSeconds"),
+    ({"allocationTracking": {"periodSeconds": "30s"}}, "allocationTracking.periodSeconds"),
+    ({"allocationTracking": []}, "allocationTracking"),
 ]
 
 

@@ -116,17 +116,33 @@ class FakeCoreV1:
 
 @dataclass
 class FakeEventsV1:
-    """Event writes."""
+    """Event writes: creates (`bodies`) and series patches (`patches`: name, body, content
+    type), in `calls` in the order they were made."""
 
     outcomes: list[Outcome] = field(default_factory=list)
     gate: asyncio.Event | None = None
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    patch_outcomes: list[Outcome] = field(default_factory=list)
+    patches: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
 
     async def create_namespaced_event(
         self, namespace: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.bodies.append(body)
+        self.calls.append(f"create {body['metadata']['name']}")
         return await answer(self.outcomes, self.gate, 201)
+
+    async def patch_namespaced_event(
+        self, name: str, namespace: str, body: dict[str, Any], **kwargs: Any
+    ) -> FakeResponse:
+        self.patches.append((name, body, str(kwargs.get("_content_type", ""))))
+        self.calls.append(f"patch {name}")
+        return await answer(self.patch_outcomes, self.gate, 200)
+
+    def counts(self) -> list[int]:
+        """The series counts patched, in order."""
+        return [body["series"]["count"] for _, body, _ in self.patches]
 
 
 @dataclass

@@ -110,6 +110,7 @@ def test_margin_must_lie_inside_the_lease() -> None:
         ("PATCH", "/api/v1/namespaces/a/pods/p/status", True),
         ("POST", "/api/v1/namespaces/a/pods/p/eviction", True),
         ("POST", "/apis/events.k8s.io/v1/namespaces/a/events", True),
+        ("PATCH", "/apis/events.k8s.io/v1/namespaces/a/events/p.0123abcd", True),
         ("DELETE", "/api/v1/namespaces/a/pods/p", True),
         ("PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/gpu-scheduler", False),
         ("POST", "/apis/coordination.k8s.io/v1/namespaces/a/leases", False),

@@ -3,12 +3,16 @@ node at once, so swaps and rotations converge in one round."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from reclaim.prometheus import PodKey
-from scheduler.core.allocation import AllocationTracker
+from reclaim.prometheus import PodKey, PrometheusClient
+from scheduler.config import config_from_data
+from scheduler.core.allocation import AllocationTracker, allocation_tracker
 from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import cluster, make_node, make_pod, pod_info
 from tests.unit.scheduler.cache_model import check_consistent
@@ -122,3 +126,55 @@ def test_assumed_pods_are_not_corrected() -> None:
     cache.assume(pod_info("mine", gpus=1), "n", (0,))
     assert cache.correct_node_gpus("n", {"default/mine": (3,)}) == []
     assert cache.gpus_of("default/mine") == (0,)
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (
+            {
+                "reclaim": {"prometheusUrl": "http://p:9090"},
+                "allocationTracking": {"enabled": False},
+            },
+            "off",
+        ),
+        ({"allocationTracking": {"enabled": True}}, "no Prometheus"),
+    ],
+)
+def test_no_tracker_when_off_or_without_prometheus(data: dict[str, Any], why: str) -> None:
+    settings = config_from_data(data, "<test>", {})
+    with capture_logs() as logs:
+        assert allocation_tracker(settings, ClusterCache()) is None, why
+    assert [e["event"] for e in logs] == ["gpu_allocation_tracking_off"]
+
+
+async def test_the_tracker_runs_every_period_whatever_the_reclaim_mode_and_closes_its_session() -> (
+    None
+):
+    settings = config_from_data(
+        {
+            "reclaim": {"mode": "off", "prometheusUrl": "http://127.0.0.1:1"},
+            "allocationTracking": {"periodSeconds": 45},
+        },
+        "<test>",
+        {},
+    )
+    tracker = allocation_tracker(settings, ClusterCache())
+    assert tracker is not None
+    assert tracker.interval == 45.0
+    assert isinstance(tracker.prometheus, PrometheusClient)
+    closed: list[bool] = []
+    assert tracker.close is not None
+    close_source = tracker.close
+
+    async def close() -> None:
+        closed.append(True)
+        await close_source()
+
+    tracker.close = close
+    task = asyncio.create_task(tracker.run())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed == [True]
