@@ -386,7 +386,8 @@ class PodCounts:
         labels = self._source.namespace_labels
         for selection in self._candidates(pod):
             if selection.match.test(pod, labels):
-                selection.counts = _grown(selection.counts, row + 1)
+                if row >= selection.counts.shape[0]:
+                    selection.counts = _grown(selection.counts, row + 1)
                 selection.counts[row] += sign
         affinity = pod.pod_affinity
         if affinity is None:
@@ -397,7 +398,8 @@ class PodCounts:
             table = tables.get(term)
             if table is None:
                 table = tables[term] = _Held(rows)
-            table.weights = _grown(table.weights, row + 1)
+            if row >= table.weights.shape[0]:
+                table.weights = _grown(table.weights, row + 1)
             table.weights[row] += sign * weight
             table.holders += sign
             if table.holders <= 0:
