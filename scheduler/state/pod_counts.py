@@ -13,15 +13,16 @@ Two kinds of table:
   selector, whether terminating pods count, and for required affinity the conjunction of the
   pod's terms), the pods it matches on each row. A selection is registered on first use with one
   walk over the cache's pods and from then on follows every pod event. Pods of one workload carry
-  the same terms, so few selections are live at a time; at most `MAX_SELECTIONS` are kept, the
-  least recently used dropped first. A pod event looks only at the selections indexed under its
-  namespace (or any namespace) and under one of its own labels: `PodMatch.anchor` is an `In`
-  requirement every matching pod meets; selections without one are checked for every pod of the
-  namespace.
-- **Held terms** (`held`): per role (`scheduler.model.pod_affinity.PodAffinity.held_terms`) and
-  term of the counted pods' pod (anti-)affinity, the sum of the weights (1 for a required term) of
-  the pods on each row that hold it. A held term is matched against the incoming pod once, not
-  once per pod that holds it. A table lives while a counted pod holds its term.
+  the same terms, so few selections are live at a time; at most `selections_kept` are kept (256,
+  fewer on clusters of more than 15,625 nodes), the least recently used dropped first. A pod
+  event looks only at the selections indexed under its namespace (or any namespace) and under
+  one of its own labels: `PodMatch.anchor` is an `In` requirement every matching pod meets;
+  selections without one are checked for every pod of the namespace.
+- **Held terms** (`held_terms`, `held_weights`): per role
+  (`scheduler.model.pod_affinity.PodAffinity.held_terms`) and term of the counted pods' pod
+  (anti-)affinity, the sum of the weights (1 for a required term) of the pods on each row that
+  hold it. A held term is matched against the incoming pod once, not once per pod that holds
+  it. A table lives while a counted pod holds its term.
 
 What counts: every entry of the cache's pod table (bound pods, assumed pods, reservations) on a
 node the cache knows, exactly the entries the plain walk visited. A table knows nothing of the
@@ -34,8 +35,8 @@ or goes away. Selections that read namespace labels (a namespaceSelector) are re
 use after the labels changed (`NamespaceLabelStore.version`). Everything runs on the event loop
 thread, like the cache; the arrays returned are read-only views valid until the next cache change.
 
-Memory: 4 bytes per node row per table (at most `MAX_SELECTIONS` selections, plus one per distinct
-held term).
+Memory: 4 bytes per node row per table: at most 16 MB of selections (`SELECTION_CELLS`; at least
+`MIN_SELECTIONS` of them), plus one table per distinct held term.
 """
 
 from __future__ import annotations
@@ -65,6 +66,16 @@ NamespaceLabels = Mapping[str, Mapping[str, str]]
 
 MAX_SELECTIONS = 256
 """Selections kept at most; the least recently used one goes when another is registered."""
+SELECTION_CELLS = 4_000_000
+"""Node rows times selections kept, at most (16 MB of counts): on a cluster of more than
+`SELECTION_CELLS / MAX_SELECTIONS` nodes fewer selections are kept, but never fewer than
+`MIN_SELECTIONS`."""
+MIN_SELECTIONS = 16
+
+
+def selections_kept(rows: int) -> int:
+    """How many selections are kept with `rows` node rows."""
+    return min(MAX_SELECTIONS, max(MIN_SELECTIONS, SELECTION_CELLS // max(rows, 1)))
 
 
 class NamespaceLabelStore(MutableMapping[str, dict[str, str]]):
@@ -268,7 +279,7 @@ class PodCounts:
 
     @property
     def live_selections(self) -> int:
-        """Selections kept now (at most `MAX_SELECTIONS`)."""
+        """Selections kept now (at most `selections_kept`)."""
         return len(self._selections)
 
     def held_terms(self, role: str) -> list[PodAffinityTerm]:
@@ -324,7 +335,7 @@ class PodCounts:
             bucket = self._index.setdefault(namespace, {})
             for anchor in self._anchors(match):
                 bucket.setdefault(anchor, set()).add(match.key)
-        while len(self._selections) > MAX_SELECTIONS:
+        while len(self._selections) > selections_kept(source.rows):
             self._drop(next(iter(self._selections)))
         return selection
 

@@ -391,6 +391,11 @@ def test_equal_with_few_selections_kept(seed: int, monkeypatch: pytest.MonkeyPat
         assert history.cache.pod_counts.live_selections <= 2
 
 
+@pytest.mark.parametrize(("rows", "kept"), [(1, 256), (1000, 256), (100_000, 40), (10**7, 16)])
+def test_fewer_selections_are_kept_on_larger_clusters(rows: int, kept: int) -> None:
+    assert pod_counts.selections_kept(rows) == kept
+
+
 # -- what the tables save ----------------------------------------------------------------------
 
 
