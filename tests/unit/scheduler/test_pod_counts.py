@@ -1,11 +1,11 @@
 """The cache's count tables against the plain walk over pods, on seeded random histories.
 
-Each history starts from a random cluster and applies random cache operations (bound pods added,
-pods assumed, forgotten, confirmed, deleted, relabelled, marked terminating, reservations made and
-dropped, nodes removed and added, namespace labels changed, what-if removals); after each step
-InterPodAffinity and PodTopologySpread must reject the same nodes for the same reasons and score
-them the same as their walked twins (`scheduler.plugins.pod_walk`), for random incoming pods,
-including pods that are themselves in the cache or have room reserved.
+Each history starts from a random cluster and applies random cache operations (bound pods
+added, pods assumed, forgotten, confirmed, deleted, relabelled, marked terminating, reservations
+made and dropped, nodes removed, added and relabelled, namespace labels changed, what-if
+removals); after each step InterPodAffinity and PodTopologySpread must reject the same nodes for
+the same reasons and score them the same as their walked twins (`scheduler.plugins.pod_walk`),
+for random incoming pods, including pods that are themselves in the cache or have room reserved.
 """
 
 from __future__ import annotations
@@ -160,14 +160,23 @@ class History:
             raw["metadata"]["deletionTimestamp"] = "2024-05-01T11:00:00Z"
         return raw
 
-    def add_node(self) -> None:
+    def add_node(self, name: str = "") -> None:
+        """A new node (or `name`, new or not) with random zone, rack and taints."""
         self.serial += 1
         labels = {RACK: f"r{self.serial % 4}"}
         if self.chance(0.85):
             labels[ZONE] = f"z{self.serial % 3}"
         taints = [taint("dedicated", "x")] if self.chance(0.15) else []
-        node = make_node(f"n{self.serial}", gpus=0, labels=labels, taints=taints)
+        node = make_node(name or f"n{self.serial}", gpus=0, labels=labels, taints=taints)
         self.cache.add_or_update_node(parse_node(node))
+
+    def relabel_node(self) -> None:
+        """An existing node moves to another zone or rack; or the node bound pods named before
+        it existed appears."""
+        if self.chance(0.3) and "unknown-node" not in self.cache.nodes:
+            self.add_node("unknown-node")
+        elif self.node_names:
+            self.add_node(self.pick(self.node_names))
 
     @property
     def node_names(self) -> list[str]:
@@ -277,6 +286,7 @@ class History:
                 self.remove_node,
                 self.restore_node,
                 self.add_node,
+                self.relabel_node,
                 self.namespace_labels,
             ]
         )
