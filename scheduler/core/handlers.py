@@ -195,7 +195,8 @@ class PodHandler:
             and not pod.finished
         )
 
-    def on_add(self, obj: Mapping[str, Any]) -> None:
+    def on_add(self, obj: Mapping[str, Any]) -> PodInfo:
+        """Count, queue or hold the pod as the module docstring says; returns it parsed."""
         pod = parse_pod(obj)
         self.gated_keys.discard(pod.key)
         if self.gangs is not None:
@@ -253,6 +254,7 @@ class PodHandler:
             self.gangs.held.discard(pod.key)
         if pod.pod_group:
             self.release_gang(gang_key(pod))
+        return pod
 
     def release_gang(self, gang: str) -> None:
         """Queue every held member of `gang` together once it may run (PreEnqueue passed)."""
@@ -279,10 +281,12 @@ class PodHandler:
             if self.gang_waiting is not None:
                 self.gang_waiting(member, message)
 
-    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> PodInfo | None:
+        """As `on_add` for a change that matters; None (nothing parsed) when only status or
+        bookkeeping changed (our condition, the kubelet's status)."""
         if _same_spec(old, new) and _finished(old) == _finished(new):
-            return  # only status or bookkeeping changed (our condition, the kubelet's status)
-        self.on_add(new)
+            return None
+        return self.on_add(new)
 
     def on_delete(self, obj: Mapping[str, Any]) -> None:
         pod = pod_ref(obj)  # identity and gang only: a deleted pod is not parsed in full

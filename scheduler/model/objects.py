@@ -294,9 +294,10 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         )
         policy = "preferred"
     required, preferred = _node_affinity(spec, errors)
-    pod_affinity = _pod_affinity(spec, metadata, errors)
-    priority = _priority(spec.get("priority"), errors)
     namespace = text_of(metadata.get("namespace") or "")
+    labels = string_map(metadata.get("labels"))
+    pod_affinity = parse_pod_affinity(spec, namespace, labels, errors)
+    priority = _priority(spec.get("priority"), errors)
     name = text_of(metadata.get("name") or "")
     scheduled_at = None
     for condition in list_of(status.get("conditions")):
@@ -308,9 +309,9 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
             scheduled_at = parse_timestamp(condition.get("lastTransitionTime"))
     if scheduled_at is None and spec.get("nodeName"):
         scheduled_at = parse_timestamp(status.get("startTime"))
-    spread = parse_spread_constraints(spec, string_map(metadata.get("labels")), errors, FieldError)
+    spread = parse_spread_constraints(spec, labels, errors, FieldError)
     preemption_policy = read_preemption_policy(spec, error_reporter(errors))
-    pod_group = _gang_of(spec, metadata, f"{namespace}/{name}", errors)
+    pod_group = _gang_of(spec, labels, f"{namespace}/{name}", errors)
     resource_claims = pod_claim_names(obj) if spec.get("resourceClaims") else None
     if resource_claims is not None:
         errors.extend(resource_claims.errors)
@@ -336,7 +337,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         node_selector=string_map(spec.get("nodeSelector")),
         required_terms=required,
         preferred_terms=preferred,
-        labels=string_map(metadata.get("labels")),
+        labels=labels,
         annotations=annotations,
         errors=tuple(errors),
         scheduled_at=scheduled_at,
@@ -355,11 +356,10 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
 
 
 def _gang_of(
-    spec: Mapping[str, Any], metadata: Mapping[str, Any], key: str, errors: list[FieldError]
+    spec: Mapping[str, Any], labels: Mapping[str, str], key: str, errors: list[FieldError]
 ) -> str:
     """`PodInfo.pod_group`: spec.schedulingGroup's PodGroup, else the coscheduling label's,
     else Kueue's pod group label's."""
-    labels = string_map(metadata.get("labels"))
     return kueue_pod_group(coscheduling_pod_group(key, _pod_group(spec, errors), labels), labels)
 
 
@@ -389,7 +389,7 @@ def pod_ref(obj: Mapping[str, Any]) -> PodRef:
         namespace=namespace,
         name=name,
         uid=text_of(metadata.get("uid") or ""),
-        pod_group=_gang_of(spec, metadata, key, errors),
+        pod_group=_gang_of(spec, string_map(metadata.get("labels")), key, errors),
     )
 
 
@@ -521,14 +521,6 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         },
         sharing=sharing,
     )
-
-
-def _pod_affinity(
-    spec: Mapping[str, Any], metadata: Mapping[str, Any], errors: list[FieldError]
-) -> PodAffinity | None:
-    """Pod (anti-)affinity terms, parsed by `scheduler.model.pod_affinity`."""
-    namespace = text_of(metadata.get("namespace") or "")
-    return parse_pod_affinity(spec, namespace, string_map(metadata.get("labels")), errors)
 
 
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from scheduler.model.fields import FieldError, SelectorRequirement
@@ -93,6 +94,13 @@ class PodAffinityTerm:
         return self.selector.matches(labels)
 
 
+REQUIRED_AFFINITY = "requiredAffinity"
+REQUIRED_ANTI_AFFINITY = "requiredAntiAffinity"
+PREFERRED_AFFINITY = "preferredAffinity"
+PREFERRED_ANTI_AFFINITY = "preferredAntiAffinity"
+"""The four roles of a term in a pod's `PodAffinity` (`PodAffinity.held_terms`)."""
+
+
 @dataclass(frozen=True)
 class PodAffinity:
     """The pod (anti-)affinity terms of one pod; weights are 1-100."""
@@ -109,6 +117,20 @@ class PodAffinity:
     @property
     def has_preferred(self) -> bool:
         return bool(self.preferred_affinity or self.preferred_anti_affinity)
+
+    @cached_property
+    def held_terms(self) -> tuple[tuple[str, int, PodAffinityTerm], ...]:
+        """Every term as (role, weight, term), weight 1 for a required one: what the pod, once
+        counted on a node, holds toward pods that come later (`scheduler.state.pod_counts`)."""
+        return (
+            *((REQUIRED_AFFINITY, 1, term) for term in self.required_affinity),
+            *((REQUIRED_ANTI_AFFINITY, 1, term) for term in self.required_anti_affinity),
+            *((PREFERRED_AFFINITY, weight, term) for weight, term in self.preferred_affinity),
+            *(
+                (PREFERRED_ANTI_AFFINITY, weight, term)
+                for weight, term in self.preferred_anti_affinity
+            ),
+        )
 
 
 def _as_list(raw: object, where: str, errors: list[FieldError]) -> list[Any]:

@@ -1,11 +1,13 @@
 """PodTopologySpread: spec.topologySpreadConstraints, with kube-scheduler's semantics.
 
-Counting (once per cycle, shared by filter and score): the pods counted are every pod the cache
-holds on a node (bound by any scheduler, assumed, or a reservation), in the incoming pod's
-namespace, not terminating, matching the constraint's selector. An empty selector (`{}`)
-counts no pod, as kube-scheduler's countPodsMatchSelector. `per_row` (rows,) holds the matches
-per node; a constraint's domain counts are one `np.bincount` over the label column's codes,
-weighted by `per_row` of the eligible nodes.
+Counting: the pods counted are every pod the cache holds on a node (bound by any scheduler,
+assumed, or a reservation), in the incoming pod's namespace, not terminating, matching the
+constraint's selector, except the incoming pod itself (and room reserved for it). An empty
+selector (`{}`) counts no pod, as kube-scheduler's countPodsMatchSelector. `per_row` (rows,)
+holds the matches per node, read from the cache's count tables (`scheduler.state.pod_counts`,
+kept current as pods come and go: no walk over pods); a constraint's domain counts are one
+`np.bincount` over the label column's codes, weighted by `per_row` of the eligible nodes.
+`scheduler.plugins.pod_walk` keeps the plain walk over pods as the reference.
 
 Eligible nodes of a constraint (the ones whose pods and domains count): valid, carrying every
 topologyKey of the constraints of the same kind (hard or soft), and, per its policies, matching
@@ -39,8 +41,7 @@ controllers) are not applied; see docs/scoring.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,8 @@ from scheduler.model.objects import PodInfo
 from scheduler.model.spread import HONOR, PodSelector, SpreadConstraint
 from scheduler.plugins.node_affinity import required_matches
 from scheduler.plugins.taints import first_untolerated
+from scheduler.state.cache import own_keys
+from scheduler.state.pod_counts import spread_match
 
 NAME = "PodTopologySpread"
 REASON_SKEW = "node(s) didn't match pod topology spread constraints"
@@ -60,58 +63,7 @@ MAX_POINTS = 100
 DEFAULT_WEIGHT = 2.0
 """kube-scheduler's default weight for PodTopologySpread in its scoring profile."""
 
-IntArray = npt.NDArray[np.int64]
-
-
-@dataclass
-class _Counts:
-    """Per-cycle counting inputs: the namespace's countable pods as (row, labels)."""
-
-    rows: list[int]
-    labels: list[Mapping[str, str]]
-    per_selector: dict[PodSelector, IntArray]
-
-
-def _countable(pod: PodInfo, snapshot: Snapshot) -> _Counts:
-    """The pods whose labels the selectors are matched against: same namespace as `pod`, not
-    terminating, on a node the cache knows (row)."""
-    cache = snapshot.cache
-    row_of = cache.row_of
-    namespace, own = pod.namespace, pod.key
-    found = [
-        (row_of.get(state.node), info.labels)
-        for state in cache.pods.values()
-        if (info := state.info).namespace == namespace and not info.terminating and info.key != own
-    ]
-    rows = [row for row, _ in found if row is not None]
-    labels = [labels for row, labels in found if row is not None]
-    return _Counts(rows, labels, {})
-
-
-def _state(pod: PodInfo, snapshot: Snapshot, state: CycleState) -> _Counts:
-    counts = state.data.get(NAME)
-    if not isinstance(counts, _Counts):
-        counts = _countable(pod, snapshot)
-        state.data[NAME] = counts
-    return counts
-
-
-def matching_per_row(selector: PodSelector, counts: _Counts, rows: int) -> IntArray:  # (rows,)
-    """Pods matching `selector` on each node row (0 everywhere for an empty selector)."""
-    cached = counts.per_selector.get(selector)
-    if cached is not None:
-        return cached
-    if selector.empty or selector.nothing:
-        found = np.zeros(rows, dtype=np.int64)
-    else:
-        hits = [
-            row
-            for row, labels in zip(counts.rows, counts.labels, strict=True)
-            if selector.matches(labels)
-        ]
-        found = np.bincount(np.asarray(hits, dtype=np.int64), minlength=rows)[:rows]
-    counts.per_selector[selector] = found
-    return found
+IntArray = npt.NDArray[np.int32] | npt.NDArray[np.int64]
 
 
 def _all_keys(snapshot: Snapshot, constraints: Sequence[SpreadConstraint]) -> BoolArray:
@@ -186,11 +138,20 @@ class PodTopologySpread:
     def __init__(self, weight: float = DEFAULT_WEIGHT) -> None:
         self.weight = weight
 
+    def matching_per_row(
+        self, pod: PodInfo, selector: PodSelector, snapshot: Snapshot
+    ) -> IntArray:  # (rows,)
+        """Counted pods matching `selector` on each node row (0 everywhere for an empty or
+        absent selector), from the cache's count tables."""
+        if selector.empty or selector.nothing:
+            return np.zeros(snapshot.rows, dtype=np.int32)
+        counts = snapshot.cache.pod_counts
+        return counts.matching(spread_match(pod.namespace, selector), own_keys(pod.key))
+
     def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
         hard = [c for c in pod.spread_constraints if c.hard]
         if not hard:
             return []
-        counts = _state(pod, snapshot, state)
         policies = _Policies(pod, snapshot)
         base = _all_keys(snapshot, hard)  # base: (rows,)
         rows = snapshot.rows
@@ -200,7 +161,7 @@ class PodTopologySpread:
         for constraint in hard:
             column = snapshot.label(constraint.topology_key)
             codes = column.codes  # codes: (rows,)
-            per_row = matching_per_row(constraint.selector, counts, rows)  # (rows,)
+            per_row = self.matching_per_row(pod, constraint.selector, snapshot)  # (rows,)
             eligible = policies.eligible(constraint, base)  # eligible: (rows,)
             by_domain, present = domain_counts(codes, eligible, per_row, len(column.values))
             global_min = _global_min(by_domain, present, constraint.min_domains)
@@ -224,7 +185,6 @@ class PodTopologySpread:
         soft = [c for c in pod.spread_constraints if not c.hard]
         if not soft:
             return None
-        counts = _state(pod, snapshot, state)
         policies = _Policies(pod, snapshot)
         rows = snapshot.rows
         base = _all_keys(snapshot, soft)  # base: (rows,)
@@ -233,7 +193,7 @@ class PodTopologySpread:
         for constraint in soft:
             column = snapshot.label(constraint.topology_key)
             codes = column.codes  # codes: (rows,)
-            per_row = matching_per_row(constraint.selector, counts, rows)  # (rows,)
+            per_row = self.matching_per_row(pod, constraint.selector, snapshot)  # (rows,)
             if constraint.topology_key == HOSTNAME:
                 node_count = per_row.astype(np.float64)  # (rows,)
                 size = int(scored.sum())

@@ -79,12 +79,13 @@ class Preemptors:
 
     # -- the informer's view -------------------------------------------------------------------
 
-    def seen(self, key: str, obj: Mapping[str, Any]) -> None:
-        """Pod `key` was added or changed (its object `obj`): refresh the view of a tracked
-        preemptor; a bound or terminating one no longer needs its nomination."""
+    def seen(self, key: str, obj: Mapping[str, Any], parsed: PodInfo | None = None) -> None:
+        """Pod `key` was added or changed (its object `obj`, already parsed when `parsed` is
+        given): refresh the view of a tracked preemptor; a bound or terminating one no longer
+        needs its nomination. Only a tracked pod is parsed."""
         if key not in self.views and key not in self.nominations:
             return
-        pod = parse_pod(obj)
+        pod = parsed if parsed is not None else parse_pod(obj)
         if key in self.views:
             self.views[key] = pod
         if pod.bound or pod.terminating:

@@ -174,10 +174,11 @@ class Reclaimer:
 
     # -- what the informers tell ---------------------------------------------------------------
 
-    def pod_seen(self, obj: Mapping[str, Any]) -> None:
-        """A pod was added or changed (`PodWatch`): refresh the view of a tracked preemptor; a
-        bound preemptor no longer needs its nomination."""
-        self.preemptors.seen(_key_of(obj), obj)
+    def pod_seen(self, obj: Mapping[str, Any], parsed: PodInfo | None = None) -> None:
+        """A pod was added or changed (`PodWatch`; `parsed`: the `PodInfo` of `obj` when the
+        event's handler already parsed it): refresh the view of a tracked preemptor; a bound
+        preemptor no longer needs its nomination."""
+        self.preemptors.seen(_key_of(obj), obj, parsed)
 
     def pod_gone(self, obj: Mapping[str, Any]) -> None:
         """A pod was deleted (`PodWatch`): forget its cooldown and nomination."""

@@ -42,6 +42,12 @@ after a TTL (`expire_reservations`).
 The node rows themselves (the arrays, their growth, label columns and GPU states) are a
 `scheduler.state.node_table.NodeTable`, which `ClusterCache` extends with the pods.
 
+Every entry counted on a known node row (pods in any state above, and reservations) is also in
+`pod_counts` (`scheduler.state.pod_counts.PodCounts`): per node row, the pods each selector of pod
+affinity and topology spread matches and the pods holding each pod (anti-)affinity term. Every
+change of `pods`, of an entry's pod record, or of the node rows goes through the hooks here that
+keep those tables in step.
+
 All methods are synchronous and run on the event loop thread, so a scheduling cycle's filter and
 score see one consistent state without copying: the arrays are the snapshot.
 """
@@ -62,6 +68,7 @@ from scheduler.model.resources import GPU
 from scheduler.model.volumes import VolumeStore
 from scheduler.state.dra import DraStore
 from scheduler.state.node_table import NodeTable
+from scheduler.state.pod_counts import NamespaceLabelStore, PodCounts
 from scheduler.state.replicas import UNANNOTATED_POLICY, ReplicaTable
 from topology.occupancy import choose_gpus
 
@@ -69,6 +76,12 @@ log = structlog.get_logger("gpu-scheduler.state.cache")
 
 RESERVATION_PREFIX = "reservation:"
 """Cache key prefix of the room held for a nominated pod."""
+
+
+def own_keys(pod_key: str) -> tuple[str, str]:
+    """Cache keys of a pod's own entries: itself and the room reserved for it (which pod
+    affinity and topology spread never count for the pod itself)."""
+    return pod_key, RESERVATION_PREFIX + pod_key
 
 
 @dataclass
@@ -101,8 +114,11 @@ class ClusterCache(NodeTable):
         """Keys of counted pods with pod (anti-)affinity terms (`_index_pod_affinity`)."""
         self.with_required_anti_affinity: set[str] = set()
         """Keys of counted pods with required pod anti-affinity terms."""
-        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self.namespace_labels = NamespaceLabelStore()
         """Labels of each namespace, for pod affinity's namespaceSelector (namespace informer)."""
+        self.pod_counts = PodCounts(self)
+        """Counted pods per node row by selector, and pods' affinity terms per node row, for
+        InterPodAffinity and PodTopologySpread; kept in step with `pods` here."""
         self.volumes = VolumeStore()
         """PersistentVolumeClaims, PersistentVolumes and StorageClasses (VolumeBinding)."""
         self.dra = DraStore()
@@ -115,10 +131,22 @@ class ClusterCache(NodeTable):
 
     def add_or_update_node(self, node: NodeInfo) -> None:
         """Insert or replace a node, keeping the pods counted on it."""
+        known = node.name in self.row_of
         row = self._write_node_row(node)
         self.replicas.set_node(row, node.sharing, node.topology.gpu_count)
         self.pods_on_node.setdefault(node.name, set())
         self._recount_usage(row)
+        if not known:  # the pods that named it before it appeared count from now on
+            for key in self.pods_on_node[node.name]:
+                self.pod_counts.add(self.pods[key].info, row)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; its pods stay known and count again if the node comes back."""
+        row = self.row_of.get(name)
+        if row is not None:
+            for key in self.pods_on_node.get(name, ()):
+                self.pod_counts.remove(self.pods[key].info, row)
+        super().remove_node(name)
 
     def _recount_usage(self, row: int) -> None:
         """Rebuild one node's usage from the pods counted on it (after a node change)."""
@@ -231,6 +259,7 @@ class ClusterCache(NodeTable):
         state.gpus = self._pick_gpus(row, pod, gpus)
         self._charge(row, state, sign=1)
         self._recount_domains(row)
+        self.pod_counts.add(pod, row)
 
     def _delete(self, key: str) -> PodState | None:
         state = self.pods.pop(key, None)
@@ -241,6 +270,7 @@ class ClusterCache(NodeTable):
         self.pods_on_node.get(state.node, set()).discard(key)
         row = self.row_of.get(state.node)
         if row is not None:
+            self.pod_counts.remove(state.info, row)
             self._charge(row, state, sign=-1)
             self._rebuild_gpu_used(row)
             if self._short_of_gpus(state.node):
@@ -298,7 +328,7 @@ class ClusterCache(NodeTable):
             if existing.assumed and existing.node == pod.node_name:
                 existing.assumed = False
                 existing.binding_finished_at = None
-                existing.info = pod
+                self._set_info(existing, pod)
                 return
             if (
                 not existing.assumed
@@ -320,12 +350,19 @@ class ClusterCache(NodeTable):
         row = self.row_of.get(state.node)
         if row is not None and not np.array_equal(state.info.requests, pod.requests):
             self._charge(row, state, sign=-1)
-            state.info = pod
+            self._set_info(state, pod)
             self._charge(row, state, sign=1)
             self._recount_domains(row)
             self.generation += 1
         else:
-            state.info = pod
+            self._set_info(state, pod)
+
+    def _set_info(self, state: PodState, pod: PodInfo) -> None:
+        """Give a counted entry the informer's newer record of its pod (labels may differ)."""
+        row = self.row_of.get(state.node)
+        if row is not None:
+            self.pod_counts.replace(state.info, pod, row)
+        state.info = pod
 
     update_pod = add_pod
 
@@ -411,6 +448,7 @@ class ClusterCache(NodeTable):
         if row is not None:
             self._charge(row, state, sign=1)
             self._recount_domains(row)
+            self.pod_counts.add(state.info, row)
 
     def reserve(self, pod: PodInfo, node: str, gpus: tuple[int, ...], now: float) -> None:
         """Hold room on `node` for `pod` while the pods evicted for it terminate: its requests
