@@ -25,7 +25,11 @@ The PodScheduled=False condition is patched once per pod UID and message. The pa
 checked; when it fails the mark is taken back, so the pod's next unschedulable cycle (its next
 retry, after a cluster event or the unschedulable flush) patches again. Marks are dropped when
 the pod is bound or deleted (`pod_gone`), and at most `MAX_CONDITION_MARKS` are kept (the
-oldest go first; forgetting one costs at most one redundant patch).
+oldest go first; forgetting one costs at most one redundant patch). A pod has at most one patch
+in flight: a newer message waits for it and then goes out (only the newest of those waiting), so
+the patches land in the order they were decided and the pod ends with the newest message, never
+an older one whose patch happened to finish last (a gang member's "waiting for PodGroup" after
+its gang's verdict).
 
 `BindingCycle` is the lowest layer of `scheduler.core.cycle.Scheduler`: the gang cycle
 (`scheduler.core.gang_cycle`) and the scheduling cycle start binding tasks and report
@@ -108,6 +112,9 @@ class BindingCycle:
         self._condition_messages: OrderedDict[str, str] = OrderedDict()
         """Pod UID -> the message of the PodScheduled=False condition patched (or being
         patched) for it; see the module docstring."""
+        self._condition_next: dict[str, tuple[PodInfo, str, str] | None] = {}
+        """Pod UID (or key) with a condition patch in flight -> the newest patch decided since,
+        to send when that one ends (None: none)."""
         self._unconfirmed: dict[str, tuple[Placement, Exception]] = {}
         """Pod key -> the placement of a Binding whose outcome is unknown (answer lost) and the
         error that lost it; the pod stays assumed until it is read back."""
@@ -161,9 +168,26 @@ class BindingCycle:
             self._condition_messages.move_to_end(mark)
             while len(self._condition_messages) > MAX_CONDITION_MARKS:
                 self._condition_messages.popitem(last=False)
+            if mark in self._condition_next:  # one in flight: this one follows it
+                self._condition_next[mark] = (pod, message, reason)
+                return
+            self._condition_next[mark] = None
             self._tasks.spawn(
-                self._set_condition(pod, message, reason), name=f"condition:{pod.key}"
+                self._write_conditions(mark, pod, message, reason), name=f"condition:{pod.key}"
             )
+
+    async def _write_conditions(self, mark: str, pod: PodInfo, message: str, reason: str) -> None:
+        """Patch the condition, then each newer one decided meanwhile, one at a time."""
+        try:
+            while True:
+                await self._set_condition(pod, message, reason)
+                following = self._condition_next.get(mark)
+                if following is None:
+                    return
+                self._condition_next[mark] = None
+                pod, message, reason = following
+        finally:
+            self._condition_next.pop(mark, None)
 
     async def _set_condition(
         self, pod: PodInfo, message: str, reason: str = UNSCHEDULABLE_REASON
@@ -198,6 +222,8 @@ class BindingCycle:
         """The pod was bound or deleted: forget its condition mark (by UID, or by key for a pod
         without one)."""
         self._condition_messages.pop(uid or key, None)
+        if (uid or key) in self._condition_next:  # a patch in flight: none may follow it
+            self._condition_next[uid or key] = None
         if key:
             self._unconfirmed.pop(key, None)
 

@@ -77,6 +77,8 @@ class FakeCoreV1:
     bind_outcomes: list[Outcome] = field(default_factory=list)
     patch_outcomes: list[Outcome] = field(default_factory=list)
     bind_gate: asyncio.Event | None = None
+    patch_gate: asyncio.Event | None = None
+    """When set, every status patch is recorded as sent, then waits for it."""
     bindings: list[dict[str, Any]] = field(default_factory=list)
     patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     read_outcomes: list[Outcome | dict[str, Any]] = field(default_factory=list)
@@ -108,7 +110,7 @@ class FakeCoreV1:
         self, name: str, namespace: str, body: dict[str, Any], **_: Any
     ) -> FakeResponse:
         self.patches.append((namespace, name, body))
-        return await answer(self.patch_outcomes, None, 200)
+        return await answer(self.patch_outcomes, self.patch_gate, 200)
 
     def condition_messages(self) -> list[str]:
         return [body["status"]["conditions"][0]["message"] for _, _, body in self.patches]

@@ -4,6 +4,8 @@ deleted, and bounded in number."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 from structlog.testing import capture_logs
@@ -117,3 +119,36 @@ async def test_condition_marks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(h.core.patches) == 6
     assert len(h.scheduler._condition_messages) == 3
     assert list(h.scheduler._condition_messages) == ["uid-p3", "uid-p4", "uid-p5"]
+
+
+async def test_one_patch_in_flight_per_pod_and_the_newest_message_lands_last() -> None:
+    # A gang member's "waiting" patch still in flight when its gang's verdict comes: the
+    # verdict must not be overtaken by the older message (it was, under a burst's load).
+    h = full_cluster()
+    h.core.patch_gate = asyncio.Event()
+    pod = big()
+    for count in (1, 2, 3):
+        h.scheduler.pod_waiting(pod, f"waiting for PodGroup g: {count} of minCount 4 pods exist")
+    h.scheduler._mark_condition(pod, "gang g: only 3 of minCount 4 members fit", "Unschedulable")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert h.core.condition_messages() == ["waiting for PodGroup g: 1 of minCount 4 pods exist"]
+    h.core.patch_gate.set()
+    await h.settle()
+    assert h.core.condition_messages() == [
+        "waiting for PodGroup g: 1 of minCount 4 pods exist",
+        "gang g: only 3 of minCount 4 members fit",
+    ]
+    assert not h.scheduler._condition_next
+
+
+async def test_a_pod_bound_meanwhile_gets_no_queued_condition_patch() -> None:
+    h = full_cluster()
+    h.core.patch_gate = asyncio.Event()
+    pod = big()
+    h.scheduler.pod_waiting(pod, "waiting for PodGroup g: 1 of minCount 4 pods exist")
+    h.scheduler.pod_waiting(pod, "waiting for PodGroup g: 2 of minCount 4 pods exist")
+    h.scheduler.pod_gone(pod.uid, pod.key)
+    h.core.patch_gate.set()
+    await h.settle()
+    assert h.core.condition_messages() == ["waiting for PodGroup g: 1 of minCount 4 pods exist"]
