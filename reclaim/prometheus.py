@@ -1,7 +1,8 @@
 """Prometheus adapter for reclaim: per-GPU usage windows and who really holds which GPU.
 
-Role: the one module that talks to Prometheus (HTTP API, ``/api/v1/query``, instant queries,
-JSON answers as documented at prometheus.io/docs/prometheus/latest/querying/api/). It sends the
+Role: the one module that talks to Prometheus (HTTP API, ``/api/v1/query`` instant queries and
+``/api/v1/query_range`` range queries, JSON answers as documented at
+prometheus.io/docs/prometheus/latest/querying/api/). It sends the
 PromQL that `reclaim.promql` builds and turns the answers into `reclaim.signals.GpuWindow`s and
 holder maps. Policy lives elsewhere: this module never decides that a pod is idle.
 
@@ -48,6 +49,7 @@ __all__ = [
     "PrometheusError",
     "PrometheusQueryFailed",
     "PrometheusUnavailable",
+    "RangeSeries",
     "Sample",
     "assemble_windows",
     "occupancy_corrections",
@@ -58,6 +60,7 @@ PodKey = tuple[str, str]
 GpuSlot = tuple[str, str, str | None]
 """(node, gpu index label, MIG GPU_I_ID or None for a whole GPU)."""
 QUERY_PATH = "api/v1/query"
+RANGE_QUERY_PATH = "api/v1/query_range"
 _BODY_EXCERPT = 200
 
 
@@ -82,8 +85,9 @@ class PrometheusUnavailable(PrometheusQueryFailed):
 
 
 class PrometheusError(PrometheusQueryFailed):
-    """An answer that is an error: HTTP status >= 400, ``"status": "error"``, or not an
-    instant vector in the documented JSON envelope (`error_type` "bad_response").
+    """An answer that is an error: HTTP status >= 400, ``"status": "error"``, or not the
+    result type asked for (an instant vector, or a range query's matrix) in the documented JSON
+    envelope (`error_type` "bad_response").
 
     `status` is the HTTP status; `error_type` and `error` are Prometheus's own ``errorType``
     and ``error`` when it sent them (e.g. "bad_data", "execution", "timeout").
@@ -106,6 +110,15 @@ class Sample:
     labels: Mapping[str, str]
     value: float
     timestamp: float
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range query's matrix: its labels and its (timestamp, value) points in
+    time order (epoch seconds; NaN and infinities as Prometheus sent them)."""
+
+    labels: Mapping[str, str]
+    points: tuple[tuple[float, float], ...]
 
 
 @dataclass(frozen=True)
@@ -211,6 +224,7 @@ class PrometheusClient:
                 f"Prometheus URL must be absolute (http://host:port), got {base_url!r}"
             )
         self._endpoint = base.with_path(base.path.rstrip("/") + "/" + QUERY_PATH)
+        self._range_endpoint = base.with_path(base.path.rstrip("/") + "/" + RANGE_QUERY_PATH)
         self.url = str(self._endpoint.with_user(None))
         """The query endpoint, without credentials; errors name it."""
         self._session = session
@@ -242,12 +256,37 @@ class PrometheusClient:
         Raises PrometheusUnavailable (no answer within `timeout_s`, connection failed) or
         PrometheusError (HTTP >= 400, ``"status": "error"``, anything but a vector).
         """
+        status, text = await self._post(self._endpoint, {"query": promql})
+        return self._vector(status, text)
+
+    async def query_range(
+        self, promql: str, start: float, end: float, step_s: float
+    ) -> list[RangeSeries]:
+        """Evaluate `promql` at `start`, `start + step_s`, ... up to `end` (epoch seconds); its
+        result must be a matrix. Raises as `query` does (PrometheusError for anything but a
+        matrix, or a malformed point)."""
+        form = {
+            "query": promql,
+            "start": f"{start:.3f}",
+            "end": f"{end:.3f}",
+            "step": f"{step_s:g}",
+        }
+        status, text = await self._post(self._range_endpoint, form)
+        try:
+            return [_range_series(element) for element in self._result(status, text, "matrix")]
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as error:
+            raise PrometheusError(
+                self.url, status, "bad_response", f"malformed matrix ({_excerpt(repr(error))})"
+            ) from error
+
+    async def _post(self, endpoint: URL, form: Mapping[str, str]) -> tuple[int, str]:
+        """POST `form` (and the query timeout) to `endpoint`: (HTTP status, body text)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(trace_configs=self.trace_configs)
-        form = {"query": promql, "timeout": f"{self.timeout_s:g}"}  # seconds, as a float
+        form = {**form, "timeout": f"{self.timeout_s:g}"}  # seconds, as a float
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         try:
-            async with self._session.post(self._endpoint, data=form, timeout=timeout) as response:
+            async with self._session.post(endpoint, data=form, timeout=timeout) as response:
                 status = response.status
                 text = await response.text(errors="replace")
         except TimeoutError as error:
@@ -258,9 +297,22 @@ class PrometheusClient:
             raise PrometheusUnavailable(self.url, f"connection failed: {error}") from error
         except aiohttp.ClientError as error:
             raise PrometheusError(self.url, 0, "client_error", str(error)) from error
-        return self._vector(status, text)
+        return status, text
 
     def _vector(self, status: int, text: str) -> list[Sample]:
+        try:
+            return [_sample(element) for element in self._result(status, text, "vector")]
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as error:
+            raise PrometheusError(
+                self.url,
+                status,
+                "bad_response",
+                f"malformed vector element ({_excerpt(repr(error))})",
+            ) from error
+
+    def _result(self, status: int, text: str, result_type: str) -> list[Any]:
+        """The `result` list of a successful answer of `result_type` ("vector" or "matrix");
+        PrometheusError for an error answer or any other shape."""
         body = _json_object(text)
         if body is not None and body.get("status") == "error":
             raise PrometheusError(
@@ -274,19 +326,13 @@ class PrometheusClient:
         data = body.get("data")
         if body.get("status") != "success" or not isinstance(data, dict):
             raise PrometheusError(self.url, status, "bad_response", _excerpt(text))
-        if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        result = data.get("result")
+        if data.get("resultType") != result_type or not isinstance(result, list):
+            expected = "an instant vector" if result_type == "vector" else f"a {result_type}"
             raise PrometheusError(
-                self.url, status, "bad_response", f"not an instant vector: {_excerpt(text)}"
+                self.url, status, "bad_response", f"not {expected}: {_excerpt(text)}"
             )
-        try:
-            return [_sample(element) for element in data["result"]]
-        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as error:
-            raise PrometheusError(
-                self.url,
-                status,
-                "bad_response",
-                f"malformed vector element ({_excerpt(repr(error))})",
-            ) from error
+        return result
 
     async def usage_windows(
         self,
@@ -509,3 +555,11 @@ def _sample(element: Mapping[str, Any]) -> Sample:
         value=float(value),
         timestamp=float(timestamp),
     )
+
+
+def _range_series(element: Mapping[str, Any]) -> RangeSeries:
+    metric = element["metric"]
+    if not isinstance(metric, dict):
+        raise TypeError(f"metric is {type(metric).__name__}, not an object")
+    points = tuple((float(t), float(v)) for t, v in element["values"])
+    return RangeSeries(labels={str(k): str(v) for k, v in metric.items()}, points=points)

@@ -4,8 +4,9 @@ gpu-scheduler run [--config FILE] [flags]        the scheduler daemon
 gpu-scheduler explain ...                        every node's verdict and score for a pod
 gpu-scheduler topology discover [...]            NVLink domains from `nvidia-smi topo -m`
 gpu-scheduler reclaim replay ...                 the idle verdict over recorded samples
-gpu-scheduler simulate ...                       placement policies over a cluster trace
+gpu-scheduler simulate ... [--plot FILE.png]     placement policies over a cluster trace
 gpu-scheduler idle-report [--prometheus-url URL]  pods holding idle GPUs, and their reclaim policy
+                          [--plot FILE.png]       (--plot: a figure, `scheduler.tools.plots`)
 gpu-scheduler version
 
 kubectl gpu-scheduler COMMAND ...                 the same, as a kubectl plugin (`kubectl_main`,

@@ -21,6 +21,11 @@ JSON rows have the keys `namespace`, `pod`, `node`, `gpus`, `usage_pct`, `idle_f
 `priority_class`, `reclaimable`, `policy` (`-o yaml`: the same as YAML). The report covers
 every namespace unless `-n NAMESPACE` names one. Errors (no kubeconfig, API server or Prometheus
 unreachable, bad flags) are one line on stderr and exit status 1 (2 for bad configuration).
+
+`--plot FILE.png` also draws the busy share of measured GPU time per namespace over the last
+`--plot-window` seconds (default one day), from the daemon's GPU time counters in Prometheus
+(`scheduler.tools.busy_share`, drawn by `scheduler.tools.plots.plot_busy_share`); `-n` keeps one
+namespace. It needs matplotlib (`gpu-scheduler[plot]`; without it: one line, exit status 2).
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from scheduler.model.resources import GPU
 from scheduler.state.dra import reserved_gpu_devices
 from scheduler.state.gpu_holdings import held_gpus
+from scheduler.tools.busy_share import DEFAULT_WINDOW_S, NamespaceHistory, read_busy_history
 from scheduler.tools.output import add_context_flag, add_output_flag, structured
+from scheduler.tools.plots import add_plot_flag, check_plot_target, plot_busy_share
 
 JsonObject = dict[str, Any]
 PERIOD_S = 60.0
@@ -276,16 +283,7 @@ async def build_report(
     holders = holders_of(pods, holdings)
     priorities = {(p.namespace, p.name): p.priority for p in pods}
     measure = measure_of(settings)
-    reclaim = settings.reclaim
-    try:
-        prometheus = PrometheusClient(
-            prometheus_url,
-            timeout_s=reclaim.prometheus_timeout_seconds,
-            label_names=LabelNames(namespace=reclaim.namespace_label, pod=reclaim.pod_label),
-        )
-    except ValueError as error:
-        raise ReportError(f"--prometheus-url: {_cut(str(error))}") from None
-    async with prometheus:
+    async with _prometheus(settings, prometheus_url) as prometheus:
         try:
             windows = await measure_holders(
                 prometheus, holders, PERIOD_S, measure.idle_window_s, measure.scrape_interval_s
@@ -294,6 +292,56 @@ async def build_report(
             raise ReportError(_cut(str(error))) from None
     policies = _policies(view.classes)
     return report_rows(holders, priorities, windows.idle, policies, measure, time.time())
+
+
+def _prometheus(settings: SchedulerConfig, url: str) -> PrometheusClient:
+    """A client with the reclaim settings' timeout and labels; ReportError for a bad URL."""
+    reclaim = settings.reclaim
+    try:
+        return PrometheusClient(
+            url,
+            timeout_s=reclaim.prometheus_timeout_seconds,
+            label_names=LabelNames(namespace=reclaim.namespace_label, pod=reclaim.pod_label),
+        )
+    except ValueError as error:
+        raise ReportError(f"--prometheus-url: {_cut(str(error))}") from None
+
+
+async def busy_share_plot(
+    settings: SchedulerConfig,
+    prometheus_url: str,
+    path: Path,
+    window_s: float = DEFAULT_WINDOW_S,
+    namespace: str | None = None,
+) -> list[NamespaceHistory]:
+    """Read the busy share per namespace over the last `window_s` seconds from Prometheus and
+    draw it into `path` (`plots.plot_busy_share`); returns the histories drawn. Raises
+    ReportError when Prometheus fails, holds no busy time for the window, or `path` cannot be
+    written."""
+    async with _prometheus(settings, prometheus_url) as prometheus:
+        try:
+            history = await read_busy_history(
+                prometheus,
+                window_s,
+                time.time(),
+                settings.accounting.period_seconds,
+                settings.reclaim.scrape_interval_seconds,
+                namespace,
+            )
+        except PrometheusQueryFailed as error:
+            raise ReportError(_cut(str(error))) from None
+    window = duration_text(window_s).removeprefix(">= ")
+    if not history.namespaces:
+        where = f" of namespace {namespace}" if namespace else ""
+        raise ReportError(
+            f"--plot: no measured GPU time{where} in Prometheus over the last {window}; does it "
+            "scrape gpu-scheduler's /metrics (manifests/monitoring/prometheus.yml)?"
+        )
+    title = f"idle-report: busy share of measured GPU time per namespace, last {window}"
+    try:
+        return plot_busy_share(history, path, title)
+    except OSError as error:
+        raise ReportError(f"--plot {path}: {_cut(str(error))}") from None
 
 
 def _settings(args: argparse.Namespace) -> SchedulerConfig:
@@ -326,6 +374,12 @@ def run_idle_report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.plot is not None:
+        try:
+            check_plot_target(args.plot)
+        except ValueError as error:
+            print(f"gpu-scheduler idle-report: {error}", file=sys.stderr)
+            return 2
     try:
         rows = asyncio.run(build_report(settings, url, args.context))
     except ReportError as error:
@@ -342,6 +396,13 @@ def run_idle_report(args: argparse.Namespace) -> int:
         window = duration_text(settings.accounting.idle_window_seconds).removeprefix(">= ")
         where = f" in namespace {args.namespace}" if args.namespace else ""
         print(f"no pod{where} holds GPUs idle over the last {window}")
+    if args.plot is not None:
+        plot = busy_share_plot(settings, url, args.plot, args.plot_window, args.namespace)
+        try:
+            asyncio.run(plot)
+        except ReportError as error:
+            print(f"gpu-scheduler idle-report: {error}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -376,6 +437,14 @@ def add_idle_report_parser(commands: Any) -> None:
         "-n", "--namespace", metavar="NAMESPACE", help="only this namespace's pods (default: all)"
     )
     add_output_flag(parser)
+    add_plot_flag(parser, "the busy share of measured GPU time per namespace over time")
+    parser.add_argument(
+        "--plot-window",
+        type=_positive,
+        default=DEFAULT_WINDOW_S,
+        metavar="SECONDS",
+        help=f"with --plot: how far back to draw (default {DEFAULT_WINDOW_S:g}, one day)",
+    )
     add_config_flags(parser)
     add_context_flag(parser)
     parser.set_defaults(handler=run_idle_report)

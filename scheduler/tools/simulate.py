@@ -80,6 +80,7 @@ from scheduler.framework.snapshot import Snapshot
 from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from scheduler.model.resources import CPU, GPU, MEMORY
 from scheduler.state.cache import ClusterCache
+from scheduler.tools.plots import add_plot_flag
 from scheduler.tools.simulate_gangs import (
     DEFAULT_GANG_POLICIES,
     GANG_POLICIES,
@@ -89,7 +90,9 @@ from scheduler.tools.simulate_gangs import (
     simulate_gangs,
 )
 from scheduler.tools.simulate_legend import POD_COLUMNS, help_epilog, legend_lines
+from scheduler.tools.simulate_plot import check_simulation_plot, write_simulation_plot
 from scheduler.tools.simulate_policies import NVLINK_AWARE, POLICIES
+from scheduler.tools.simulate_series import UsageSeries, gpu_usage, sample_stride
 from scheduler.tools.simulate_trace import (
     TraceError,
     TraceNode,
@@ -240,6 +243,8 @@ class PolicyResult:
     single_domain_when_possible: int = 0
     wall_s: float = 0.0
     skipped_by_size: dict[int, int] = field(default_factory=dict)
+    series: UsageSeries = field(default_factory=UsageSeries)
+    """GPUs allocated, fragmented and idle as the pods arrived (`simulate_series`)."""
 
     def as_json(self) -> JsonObject:
         def pct(part: int, whole: int) -> float | None:
@@ -282,25 +287,11 @@ def _lowest_free_in_one_domain(node: NodeInfo, used: BoolArray, gpus: int) -> bo
     return bool(domains.size) and bool((domains == domains[0]).all())
 
 
-def _stranded(cache: ClusterCache, workload: Workload) -> int:
-    """Free GPUs on nodes that cannot take a pod of the workload's largest GPU size now."""
-    if workload.largest_gpus == 0:
-        return 0
-    rows = cache.rows
-    free = cache.free[:rows]  # free: (rows, resources)
-    valid = cache.valid[:rows]  # valid: (rows,)
-    cannot = (  # cannot: (rows,)
-        (free[:, GPU] < workload.largest_gpus)
-        | (free[:, CPU] < workload.largest_cpu)
-        | (free[:, MEMORY] < workload.largest_memory)
-    )
-    return int(np.maximum(free[:, GPU], 0)[valid & cannot].sum())
-
-
 def simulate_policy(
     policy: str, framework: Framework, nodes: Sequence[NodeInfo], workload: Workload
 ) -> PolicyResult:
-    """Place every arrival of `workload` on a fresh cache of `nodes` with `framework`."""
+    """Place every arrival of `workload` on a fresh cache of `nodes` with `framework`,
+    recording `result.series` on the way."""
     started = time.perf_counter()
     result = PolicyResult(policy, pods_arrived=len(workload.pods))
     result.gpu_sharing_excluded = workload.gpu_sharing_excluded
@@ -311,7 +302,13 @@ def simulate_policy(
     snapshot = Snapshot(cache)
     aware = policy in NVLINK_AWARE
     naive_used = {n.name: np.zeros(n.topology.gpu_count, dtype=bool) for n in nodes}
-    for pod in workload.pods:
+    largest = (workload.largest_gpus, workload.largest_cpu, workload.largest_memory)
+    stride = sample_stride(len(workload.pods))
+    requested = 0
+    for arrival, pod in enumerate(workload.pods):
+        if arrival % stride == 0:
+            result.series.add(arrival, requested, *gpu_usage(cache, *largest))
+        requested += pod.gpus
         evaluation = framework.evaluate(pod, snapshot)
         if evaluation.chosen == NO_NODE:
             result.pods_skipped += 1
@@ -334,12 +331,10 @@ def simulate_policy(
             _lowest_free_in_one_domain(cache.nodes[placement.node], naive_used[placement.node], 1)
         cache.assume(pod, placement.node, placement.gpus)
         result.pods_placed += 1
-    rows = cache.rows
-    valid = cache.valid[:rows]  # valid: (rows,)
-    result.gpus_total = int(cache.allocatable[:rows, GPU][valid].sum())
-    used = np.minimum(cache.requested[:rows, GPU], cache.allocatable[:rows, GPU])  # (rows,)
-    result.gpus_unallocated = result.gpus_total - int(used[valid].sum())
-    result.gpus_stranded = _stranded(cache, workload)
+    usage = gpu_usage(cache, *largest)
+    result.series.add(len(workload.pods), requested, *usage)
+    result.gpus_total, allocated, result.gpus_stranded = usage
+    result.gpus_unallocated = result.gpus_total - allocated
     result.wall_s = time.perf_counter() - started
     return result
 
@@ -499,6 +494,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     """The `simulate` subcommand: 0 on success, 2 on bad input."""
     try:
         mode = _workload_flag(args)
+        check_simulation_plot(args.plot, mode)
         default = DEFAULT_GANG_POLICIES if mode != "pods" else tuple(POLICIES)
         policies = [p.strip() for p in (args.policy or ",".join(default)).split(",") if p.strip()]
         if mode != "pods":
@@ -526,6 +522,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(json.dumps([r.as_json() for r in results], indent=2))
     else:
         print(render_table(run))
+    if args.plot is not None:
+        return write_simulation_plot(args, results, workload.largest_gpus)
     return 0
 
 
@@ -593,4 +591,5 @@ def add_simulate_parser(commands: Any) -> None:
         "--config", type=Path, default=None, metavar="FILE", help="scheduler configuration YAML"
     )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_plot_flag(parser, "GPUs allocated, fragmented and idle as the pods arrive, per policy")
     parser.set_defaults(handler=run_simulate)

@@ -8,6 +8,7 @@ known. The real Prometheus is exercised in tests/integration/test_prometheus_ada
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from reclaim.prometheus import (
     PrometheusError,
     PrometheusQueryFailed,
     PrometheusUnavailable,
+    RangeSeries,
     Sample,
     assemble_windows,
     occupancy_corrections,
@@ -90,6 +92,7 @@ async def stand_in() -> AsyncIterator[StandIn]:
     }
     for prefix, handler in routes.items():
         app.router.add_route("*", f"/{prefix}/api/v1/query", handler)
+    app.router.add_route("*", "/canned/api/v1/query_range", canned)
     runner = web.AppRunner(app, shutdown_timeout=SLOW_S * 2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -541,3 +544,45 @@ def test_elements_of_two_uids_combine_like_one_series() -> None:
     (window,) = assemble_windows([_sample(e) for e in spoiled], [A], HOUR_S)[A]
     assert (window.power_samples, window.power_mean_w) == (0, None)
     assert window.power_peak_w == 690.0  # peaks only add caution: the finite ones stay
+
+
+def _matrix(result: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+async def test_a_range_query_sends_the_window_and_parses_the_matrix(stand_in: StandIn) -> None:
+    stand_in.answers["range_query"] = _matrix(
+        [
+            {"metric": {"namespace": "a"}, "values": [[100, "0.5"], [160.5, "NaN"]]},
+            {"metric": {}, "values": []},
+        ]
+    )
+    stand_in.seen.clear()
+    async with PrometheusClient(f"{stand_in.base}/canned", timeout_s=3) as client:
+        series = await client.query_range("range_query", 100.0, 160.5, 60)
+    assert stand_in.seen == [
+        {"query": "range_query", "start": "100.000", "end": "160.500", "step": "60", "timeout": "3"}
+    ]
+    first, empty = series
+    assert first.labels == {"namespace": "a"}
+    assert first.points[0] == (100.0, 0.5)
+    assert first.points[1][0] == 160.5 and math.isnan(first.points[1][1])
+    assert empty == RangeSeries(labels={}, points=())
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        ({"status": "success", "data": _vector([])}, "not a matrix"),
+        (_matrix([{"metric": {}, "values": [[1, "x"]]}]), "malformed matrix"),
+        (_matrix([{"metric": [], "values": []}]), "malformed matrix"),
+        ({"status": "error", "errorType": "bad_data", "error": "bad step"}, "bad_data: bad step"),
+    ],
+)
+async def test_a_range_query_refuses_anything_but_a_matrix(
+    stand_in: StandIn, answer: dict[str, Any], words: str
+) -> None:
+    stand_in.answers["bad_range"] = answer
+    async with PrometheusClient(f"{stand_in.base}/canned") as client:
+        with pytest.raises(PrometheusError, match=words):
+            await client.query_range("bad_range", 0, 60, 15)
