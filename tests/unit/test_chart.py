@@ -394,3 +394,26 @@ def test_the_monitors_scrape_with_the_scrapers_token_over_https(tmp_path: Path) 
     [endpoint] = one(plain, "PodMonitor")["spec"]["podMetricsEndpoints"]
     assert endpoint["scheme"] == "http" and "authorization" not in endpoint
     assert not [o["kind"] for o in plain if "scraper" in o["metadata"]["name"]]
+
+
+@pytest.mark.parametrize(
+    ("values", "gone"),
+    [
+        ({"fencingPolicy": {"enabled": False}}, "gpu-scheduler-lease-fence"),
+        ({"reclaimAnnotationsPolicy": {"enabled": False}}, "gpu-scheduler-reclaim-annotations"),
+        ({"podDisruptionBudget": {"enabled": False}}, "PodDisruptionBudget"),
+    ],
+)
+def test_an_optional_object_switched_off_is_not_rendered(
+    tmp_path: Path, values: dict[str, Any], gone: str
+) -> None:
+    every = {(o["kind"], o["metadata"]["name"]) for o in chart(tmp_path)}
+    rendered = {(o["kind"], o["metadata"]["name"]) for o in chart(tmp_path, values)}
+    assert every - rendered == {key for key in every if gone in key}
+    assert every - rendered
+
+
+def test_the_fence_is_deleted_on_uninstall_when_not_kept(tmp_path: Path) -> None:
+    objects = chart(tmp_path, {"fencingPolicy": {"keepOnUninstall": False}})
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert "annotations" not in one(objects, kind, "gpu-scheduler-lease-fence")["metadata"]
