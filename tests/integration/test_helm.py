@@ -216,6 +216,16 @@ def test_the_mutating_webhook_answers_with_the_charts_own_certificate(
     check_the_webhook_mutates(real_node_cluster, tmp_path, "helm-mutated")
 
 
+def webhook_ca(cluster: LocalCluster) -> str:
+    """The CA of the chart-made webhook certificate (base64), checked to be the one the
+    mutating webhook configuration trusts."""
+    secret = get_json(cluster, "secret", "gpu-scheduler-webhook-tls", "-n", NAMESPACE)
+    configuration = get_json(cluster, "mutatingwebhookconfiguration", RELEASE)
+    ca = str(secret["data"]["ca.crt"])
+    assert configuration["webhooks"][0]["clientConfig"]["caBundle"] == ca
+    return ca
+
+
 def config_text(cluster: LocalCluster) -> str:
     return str(get_json(cluster, "configmap", RELEASE, "-n", NAMESPACE)["data"]["config.yaml"])
 
@@ -225,6 +235,7 @@ def test_helm_upgrade_with_a_changed_value_rolls_without_a_pod_bound_twice(
 ) -> None:
     cluster = real_node_cluster
     assert "logLevel: info" in config_text(cluster)
+    ca = webhook_ca(cluster)
 
     def upgrade() -> None:
         release.helm.run(
@@ -245,6 +256,7 @@ def test_helm_upgrade_with_a_changed_value_rolls_without_a_pod_bound_twice(
     took = roll_while_creating_pods(cluster, tmp_path, "upgrade", upgrade)
     TIMINGS["helm upgrade --wait (a changed value)"] = took
     assert "logLevel: debug" in config_text(cluster)
+    assert webhook_ca(cluster) == ca  # the chart took its certificate over, not made a new one
     delete_work(cluster)
 
 
