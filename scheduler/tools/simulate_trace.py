@@ -50,6 +50,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.model.objects import PodInfo, parse_pod
 from scheduler.model.quantity import QuantityError, base_units, cpu_millis
 from scheduler.model.resources import GPU_RESOURCE
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, TopologyError, parse_domains
@@ -186,6 +187,16 @@ def pod_object(pod: TracePod) -> dict[str, Any]:
         "spec": spec,
         "status": {"phase": "Pending"},
     }
+
+
+def parsed_pod(pod: TracePod) -> PodInfo:
+    """`pod_object(pod)` parsed as the scheduler parses pods; `TraceError` naming the pod and
+    the problems when the scheduler would flag it."""
+    info = parse_pod(pod_object(pod))
+    if info.errors:
+        problems = "; ".join(str(e) for e in info.errors)
+        raise TraceError(f"pod {pod.name}: {problems}")
+    return info
 
 
 # -- CSV ---------------------------------------------------------------------------------------
