@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -97,6 +96,7 @@ from scheduler.tools.simulate_trace import (
     TraceError,
     TraceNode,
     TracePod,
+    arrival_order,
     node_object,
     parse_domain_overrides,
     parsed_pod,
@@ -153,26 +153,11 @@ def build_workload(
     docstring); without `cpu_pods` the CPU-only pods are left out too. A workload without GPU
     pods arrives once (trace order) or len(workload) times (sampling). `demand` must be > 0
     (`ValueError`)."""
-    if not demand > 0 or not math.isfinite(demand):
-        raise ValueError(f"--demand must be a positive number, got {demand}")
     eligible = [p for p in pods if not p.shares_gpu and (cpu_pods or p.gpus)]
     templates = [parsed_pod(p) for p in eligible]
-    target = demand * cluster_gpus
-    gpus_per_pass = sum(t.gpus for t in templates)
-    rng = np.random.default_rng(seed)
-    order: list[int] = []
-    requested = 0
-    passes = 0
-    if templates:
-        limit = len(templates) if gpus_per_pass == 0 else None
-        while requested < target and (limit is None or len(order) < limit):
-            if sample:
-                index = int(rng.integers(len(templates)))
-            else:
-                index = len(order) % len(templates)
-                passes += index == 0
-            order.append(index)
-            requested += templates[index].gpus
+    gpus = [t.gpus for t in templates]
+    order, passes = arrival_order(gpus, demand, cluster_gpus, sample, seed)
+    requested = sum(gpus[index] for index in order)
     arrivals = [
         replace(
             templates[index],
@@ -191,7 +176,7 @@ def build_workload(
         cpu_only_excluded=0 if cpu_pods else sum(1 for p in pods if not p.gpus),
         gpu_sharing_excluded=sum(1 for p in pods if p.shares_gpu),
         gpus_requested=requested,
-        target_gpus=target,
+        target_gpus=demand * cluster_gpus,
         passes=passes,
         sampled=sample,
         largest_gpus=largest,

@@ -19,7 +19,6 @@ requested, a share counting as its fraction, reach `demand` times the cluster's 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -31,7 +30,12 @@ from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.resources import CPU, GPU, MEMORY, PODS
 from scheduler.state.cache import ClusterCache
 from scheduler.tools.simulate_share_gpus import WHOLE, TaskTypes
-from scheduler.tools.simulate_trace import GPU_PRODUCT_LABEL, TracePod, parsed_pod
+from scheduler.tools.simulate_trace import (
+    GPU_PRODUCT_LABEL,
+    TracePod,
+    arrival_order,
+    parsed_pod,
+)
 
 CPU_ONLY = "cpu"
 SHARE = "share"
@@ -93,28 +97,6 @@ def _demand(pod: TracePod) -> float:
     return pod.gpu_milli / WHOLE if pod.shares_gpu else float(pod.gpus)
 
 
-def _order(
-    demands: Sequence[float], target: float, sample: bool, seed: int
-) -> tuple[list[int], int]:
-    """Indices into `demands` in arrival order until their sum reaches `target`, and the
-    passes over the list (trace order). Without GPU demand the list arrives once (trace
-    order) or len(demands) times (sampling)."""
-    rng = np.random.default_rng(seed)
-    order: list[int] = []
-    requested = 0.0
-    passes = 0
-    limit = len(demands) if sum(demands) == 0 else None
-    while demands and requested < target and (limit is None or len(order) < limit):
-        if sample:
-            index = int(rng.integers(len(demands)))
-        else:
-            index = len(order) % len(demands)
-            passes += index == 0
-        order.append(index)
-        requested += demands[index]
-    return order, passes
-
-
 def share_workload(
     pods: Sequence[TracePod],
     nodes: Sequence[NodeInfo],
@@ -126,11 +108,10 @@ def share_workload(
     """Arrivals until the GPUs requested reach `demand` times the GPUs of `nodes` (see the
     module docstring); without `cpu_pods` the CPU-only pods are left out. `demand` must be a
     positive number (`ValueError`)."""
-    if not demand > 0 or not math.isfinite(demand):
-        raise ValueError(f"--demand must be a positive number, got {demand}")
     eligible = [p for p in pods if cpu_pods or p.gpus]
     cluster_gpus = sum(int(n.allocatable[GPU]) for n in nodes)
-    order, passes = _order([_demand(p) for p in eligible], demand * cluster_gpus, sample, seed)
+    demands = [_demand(p) for p in eligible]
+    order, passes = arrival_order(demands, demand, cluster_gpus, sample, seed)
     shapes: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
     templates = [_template(p, shapes) for p in eligible]
     arrivals = [_copy(templates[index], i) for i, index in enumerate(order)]

@@ -43,11 +43,13 @@ entry, and the field.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from scheduler.model.objects import PodInfo, parse_pod
@@ -197,6 +199,36 @@ def parsed_pod(pod: TracePod) -> PodInfo:
         problems = "; ".join(str(e) for e in info.errors)
         raise TraceError(f"pod {pod.name}: {problems}")
     return info
+
+
+# -- arrivals ----------------------------------------------------------------------------------
+
+
+def arrival_order(
+    demands: Sequence[float], demand: float, capacity: float, sample: bool, seed: int
+) -> tuple[list[int], int]:
+    """Indices into `demands` (the GPUs each pod of a list asks for) in arrival order until
+    their sum reaches `demand * capacity`, and the passes over the list: the list's order,
+    repeated from the top, or with `sample` draws with replacement from a generator seeded with
+    `seed`. Without GPU demand the list arrives once (list order) or len(demands) times
+    (sampling). `ValueError` unless `demand` is a positive number."""
+    if not demand > 0 or not math.isfinite(demand):
+        raise ValueError(f"--demand must be a positive number, got {demand}")
+    target = demand * capacity
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    requested = 0.0
+    passes = 0
+    limit = len(demands) if sum(demands) == 0 else None
+    while demands and requested < target and (limit is None or len(order) < limit):
+        if sample:
+            index = int(rng.integers(len(demands)))
+        else:
+            index = len(order) % len(demands)
+            passes += index == 0
+        order.append(index)
+        requested += demands[index]
+    return order, passes
 
 
 # -- CSV ---------------------------------------------------------------------------------------
