@@ -6,8 +6,9 @@ pods together, GPUs counted in thousandths.
         [--config FILE] [-o json]
 
 The openb pod lists mark a GPU-sharing pod with `num_gpu` 1 and `gpu_milli` below 1000: it
-asks for that many thousandths of one GPU (the `openb_pod_list_gpushare*.csv` variants hold 20
-to 100 % of such pods among the GPU pods). Without `--shares`, `simulate` leaves them out.
+asks for that many thousandths of one GPU (in the `openb_pod_list_gpushareN.csv` variants such
+pods ask for N % of the GPUs the GPU pods ask for). Without `--shares`, `simulate` leaves them
+out.
 
 Method: as `simulate` (after Weng et al., "Beware of Fragmentation", USENIX ATC '23): pods arrive
 in trace order, repeated from the top (or drawn with replacement with `--sample`), never leave,

@@ -30,7 +30,7 @@ from tests.datasets import SMALL_OPENB_DIR, external_dataset
 from tests.unit.scheduler.test_simulate import csv_rows, run_cli
 
 OPENB = "alibaba-gpu-v2023"
-SMALL_SHARES = SMALL_OPENB_DIR / "openb_pod_list_gpushare60.csv"
+SMALL_SHARES = SMALL_OPENB_DIR / "openb_pod_list_gpushare40.csv"
 SMALL_NODES = SMALL_OPENB_DIR / "openb_node_list_all_node.csv"
 
 
