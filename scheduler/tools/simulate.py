@@ -77,7 +77,7 @@ from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.core.placement import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import NodeInfo, PodInfo, parse_node
+from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.resources import CPU, GPU, MEMORY
 from scheduler.state.cache import ClusterCache
 from scheduler.tools.simulate_gangs import (
@@ -93,11 +93,10 @@ from scheduler.tools.simulate_policies import NVLINK_AWARE, POLICIES
 from scheduler.tools.simulate_share import run_shares
 from scheduler.tools.simulate_share_policies import SHARE_POLICY_NAMES
 from scheduler.tools.simulate_trace import (
-    TraceError,
     TraceNode,
     TracePod,
     arrival_order,
-    node_object,
+    build_nodes,
     parse_domain_overrides,
     parsed_pod,
     read_nodes,
@@ -183,18 +182,6 @@ def build_workload(
         largest_cpu=min((int(p.requests[CPU]) for p in sized), default=0),
         largest_memory=min((int(p.requests[MEMORY]) for p in sized), default=0),
     )
-
-
-def build_nodes(nodes: Sequence[TraceNode], layouts: Mapping[int, str]) -> list[NodeInfo]:
-    """Parsed nodes; a node the scheduler would flag (e.g. a bad NVLink layout) is an error."""
-    parsed = []
-    for node in nodes:
-        info = parse_node(node_object(node, layouts))
-        if info.errors:
-            problems = "; ".join(str(e) for e in info.errors)
-            raise TraceError(f"node {node.name}: {problems}")
-        parsed.append(info)
-    return parsed
 
 
 # -- one policy --------------------------------------------------------------------------------

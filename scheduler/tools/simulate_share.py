@@ -62,6 +62,7 @@ from scheduler.tools.simulate_share_policies import SHARE_POLICY_NAMES, share_po
 from scheduler.tools.simulate_trace import (
     TraceNode,
     TracePod,
+    build_nodes,
     parse_domain_overrides,
     read_nodes,
     read_pods,
@@ -171,8 +172,6 @@ def simulate_shares(
 ) -> tuple[ShareWorkload, list[ShareResult]]:
     """Run each of `policies` (names in `SHARE_POLICY_NAMES`; `ValueError` otherwise) on the
     same workload, shares included; results in the order given."""
-    from scheduler.tools.simulate import build_nodes  # simulate imports this module
-
     unknown = [p for p in policies if p not in SHARE_POLICY_NAMES]
     if unknown:
         known = ", ".join(SHARE_POLICY_NAMES)

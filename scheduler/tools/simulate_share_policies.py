@@ -105,8 +105,9 @@ def feasible_rows(framework: Framework, arrival: Arrival, cluster: ShareCluster)
 
 
 class Baseline:
-    """A policy that scores nodes with `points(arrival, cluster) -> (rows,) | None` (None: the
-    first feasible node) and picks a share's GPU by `gpu_rule`."""
+    """A policy that scores the feasible nodes with `points(arrival, cluster)` (rows,) and
+    takes the best (seeded tie-break), or without `points` the first feasible node; a share's
+    GPU by `gpu_rule` (`simulate_share_gpus.GPU_CHOICES`)."""
 
     def __init__(
         self,

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from scheduler.model.objects import PodInfo, parse_pod
+from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from scheduler.model.quantity import QuantityError, base_units, cpu_millis
 from scheduler.model.resources import GPU_RESOURCE
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, TopologyError, parse_domains
@@ -189,6 +189,20 @@ def pod_object(pod: TracePod) -> dict[str, Any]:
         "spec": spec,
         "status": {"phase": "Pending"},
     }
+
+
+def build_nodes(nodes: Sequence[TraceNode], layouts: Mapping[int, str]) -> list[NodeInfo]:
+    """`node_object` of each node, parsed as the scheduler parses nodes, NVLink layouts by GPU
+    count from `layouts`; a node the scheduler would flag (e.g. a bad NVLink layout) is a
+    `TraceError` naming it."""
+    parsed = []
+    for node in nodes:
+        info = parse_node(node_object(node, layouts))
+        if info.errors:
+            problems = "; ".join(str(e) for e in info.errors)
+            raise TraceError(f"node {node.name}: {problems}")
+        parsed.append(info)
+    return parsed
 
 
 def parsed_pod(pod: TracePod) -> PodInfo:

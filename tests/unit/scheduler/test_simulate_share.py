@@ -13,7 +13,6 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.config import SchedulerConfig
-from scheduler.tools.simulate import build_nodes
 from scheduler.tools.simulate_legend import SHARE_COLUMNS
 from scheduler.tools.simulate_share import ShareResult, render_share_table, simulate_shares
 from scheduler.tools.simulate_share_cluster import (
@@ -25,7 +24,7 @@ from scheduler.tools.simulate_share_cluster import (
 )
 from scheduler.tools.simulate_share_gpus import WHOLE
 from scheduler.tools.simulate_share_policies import SHARE_POLICY_NAMES, share_policy
-from scheduler.tools.simulate_trace import TraceNode, TracePod, read_nodes, read_pods
+from scheduler.tools.simulate_trace import TraceNode, TracePod, build_nodes, read_nodes, read_pods
 from tests.datasets import SMALL_OPENB_DIR, external_dataset
 from tests.unit.scheduler.test_simulate import csv_rows, run_cli
 
