@@ -1,26 +1,40 @@
-"""MIG placement against first fit: the allocator over one M8-like node (H200 GPUs, each
-published whole and as every MIG placement, `hack.localcluster.dra_mig`), fed a seeded stream
-of MIG claims with departures, once with gpu-scheduler's fragmentation-aware order (a domain map
-given, `scheduler.dra.partitions`) and once with upstream's first fit (no map). In this process,
-no cluster.
+"""MIG placement against first fit: the allocator over one or more M8-like nodes (H200 GPUs,
+each published whole and as every MIG placement, `hack.localcluster.dra_mig`), fed a seeded
+stream of MIG claims with departures, once per policy. In this process, no cluster.
 
-    python -m hack.bench.mig [--gpus 2] [--requests 400] [--seeds 0,1,2,3,4,5,6,7]
-        [--depart 0.3] [-o json]
+    python -m hack.bench.mig [--gpus 2] [--nodes 1] [--requests 400]
+        [--seeds 0,1,2,3,4,5,6,7] [--depart 0.3] [--policies P1,P2,...] [-o json]
 
 Each step either releases one held device (probability `--depart`, when something is held) or
 asks for one placement of a profile drawn with weights 1g.18gb 4, 1g.35gb 1, 2g.35gb 2,
-3g.71gb 1, 4g.71gb 1. Both orders see the same seeded draws (per step: depart or not, the
+3g.71gb 1, 4g.71gb 1. Every policy sees the same seeded draws (per step: depart or not, the
 profile, which held claim by its rank in arrival order), so they differ only where what they
-hold differs. Figures per order, summed over the seeds:
+hold differs. A policy is a device order on each node and a choice among the nodes where the
+claim fits:
 
-- `placed`: asks that got a placement (a claim the order cannot place is dropped);
+- `first-fit`: upstream's order (no domain map), the first node in name order that fits;
+- `random-node`: upstream's order, a node drawn among those that fit (kube-scheduler 1.37:
+  every node scores the same for such a claim and it picks among the best at random);
+- `gpu-scheduler`: gpu-scheduler's fragmentation-aware order (`scheduler.dra.partitions`, the
+  node's domain map given), and the node its DynamicResources score ranks first
+  (`scheduler.plugins.dynamic_resources.domain_occupancy` and the NVLink kernel, as the plugin
+  scores), ties drawn at random;
+- `fragmentation-nodes`: the aware order, and the node whose placement scores best by the
+  order's own key (`partitions.fragmentation_key`: a GPU already partitioned before an
+  untouched one, then the largest placement still possible on the GPU, then the longest free
+  run), ties as `gpu-scheduler`. On one node it is `gpu-scheduler`.
+
+Figures per policy, summed over the seeds:
+
+- `placed`: asks that got a placement (a claim no node can place is dropped);
 - `big placed`: the 3g and 4g asks among them;
-- `largest`: the mean, over steps, of the largest profile still placeable on the node, in
-  memory slices (8: a GPU is untouched; 4: a 3g/4g fits somewhere), its SM share as tiebreak
-  left out;
-- `4g placeable`: the share of steps at which a 4g.71gb could still be placed.
+- `largest`: the mean, over steps, of the largest profile still placeable on any GPU, in
+  memory slices (8: some GPU is untouched; 4: a 3g/4g fits somewhere), its SM share as
+  tiebreak left out;
+- `4g placeable`: the share of steps at which a 4g.71gb could still be placed somewhere;
+- `4g GPUs`: the mean, over steps, of the GPUs on which a 4g.71gb could still be placed.
 
-The ratio column is aware / first fit.
+The ratio columns are each policy's figure over first fit's.
 """
 
 from __future__ import annotations
@@ -29,13 +43,17 @@ import argparse
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
+
+from hack.fake_dcgm.identity import gpu_uuid
 from hack.localcluster.dra import H200_GPU
 from hack.localcluster.dra_mig import (
     H200_MIG_PROFILES,
+    H200_MULTIPROCESSORS,
     MIG_CLASS,
     mig_device_class,
     mig_resource_slices,
@@ -43,13 +61,21 @@ from hack.localcluster.dra_mig import (
 )
 from scheduler.dra.allocator import Allocator
 from scheduler.dra.cel import CelSelectors
-from scheduler.dra.partitions import Placement, placeable_after
+from scheduler.dra.consumable import device_use
+from scheduler.dra.domains import DeviceDomains, device_domains
+from scheduler.dra.partitions import Placement, fragmentation_key, placeable_after
+from scheduler.model.allocations import Allocation
 from scheduler.model.claims import ResourceClaim, parse_resource_claim
 from scheduler.model.device_classes import parse_device_class
 from scheduler.model.devices import parse_resource_slice
 from scheduler.model.pools import Pool, gather_pools
+from scheduler.plugins.dynamic_resources import domain_occupancy
+from topology.scoring import MAX_SCORE, normalize, score_nodes
 
 NODE = "m8-0"
+DRIVER = "gpu.nvidia.com"
+SLICES = 8
+"""Memory slices of an H200."""
 WEIGHTS = {"1g.18gb": 4, "1g.35gb": 1, "2g.35gb": 2, "3g.71gb": 1, "4g.71gb": 1}
 BIG = {"3g.71gb", "4g.71gb"}
 PROFILES = {p.name: p for p in H200_MIG_PROFILES}
@@ -58,6 +84,16 @@ GEOMETRY = [
     for p in H200_MIG_PROFILES
     for s in p.starts
 ]
+FOUR_G = frozenset(range(4))
+"""The memory slices of the only 4g.71gb placement."""
+FIRST_FIT = "first-fit"
+RANDOM_NODE = "random-node"
+GPU_SCHEDULER = "gpu-scheduler"
+FRAGMENTATION_NODES = "fragmentation-nodes"
+FRAGMENTATION_LOSS = "fragmentation-loss"
+POLICIES = (FIRST_FIT, RANDOM_NODE, GPU_SCHEDULER, FRAGMENTATION_NODES, FRAGMENTATION_LOSS)
+AWARE = frozenset({GPU_SCHEDULER, FRAGMENTATION_NODES})
+"""Policies with gpu-scheduler's device order."""
 
 
 @dataclass
@@ -68,11 +104,32 @@ class Tally:
     big_asks: int = 0
     largest_sum: int = 0
     four_g_steps: int = 0
+    four_g_gpus: int = 0
     steps: int = 0
 
 
-def claim_for(profile: str, index: int) -> ResourceClaim:
-    selector = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
+@dataclass
+class MigNode:
+    """One node: its pools, its device -> NVLink domain map, and the claims it holds."""
+
+    name: str
+    pools: tuple[Pool, ...]
+    domains: DeviceDomains
+    held: dict[int, Allocation] = field(default_factory=dict)
+
+    def taken(self) -> frozenset[tuple[str, str, str]]:
+        return frozenset(r.device_id for a in self.held.values() for r in a.results)
+
+
+def claim_for(profile: str, index: int, where: tuple[str, int] | None = None) -> ResourceClaim:
+    """A claim for one placement of `profile`; with `where` (parent GPU UUID, first memory
+    slice) for that placement only."""
+    selector = f"device.attributes['{DRIVER}'].profile == '{profile}'"
+    if where is not None:
+        selector += (
+            f" && device.attributes['{DRIVER}'].parentUUID == '{where[0]}'"
+            f" && device.attributes['{DRIVER}'].memorySliceStart == {where[1]}"
+        )
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -96,9 +153,9 @@ def claim_for(profile: str, index: int) -> ResourceClaim:
     return parse_resource_claim(body)
 
 
-def node_pools(gpus: int) -> tuple[Pool, ...]:
-    slices = [parse_resource_slice(s) for s in mig_resource_slices(NODE, "uid", H200_GPU, gpus)]
-    return gather_pools(slices, NODE, {})
+def node_pools(gpus: int, node: str = NODE) -> tuple[Pool, ...]:
+    slices = [parse_resource_slice(s) for s in mig_resource_slices(node, "uid", H200_GPU, gpus)]
+    return gather_pools(slices, node, {})
 
 
 def occupancy(held: Sequence[str], gpus: int) -> list[frozenset[int]]:
@@ -112,34 +169,170 @@ def occupancy(held: Sequence[str], gpus: int) -> list[frozenset[int]]:
     return [frozenset(u) for u in used]
 
 
-def simulate(seed: int, gpus: int, requests: int, depart: float, aware: bool) -> Tally:
+def _device(allocation: Allocation) -> str:
+    [result] = allocation.results
+    return result.device
+
+
+def claims_score(node: MigNode, allocation: Allocation) -> float:
+    """The score gpu-scheduler's DynamicResources gives the node for `allocation` (0..100):
+    the NVLink kernel over the node's mapped devices, 100 for shares only, 0 when the plugin
+    would abstain (no mapped device) or the kernel finds no room."""
+    found = domain_occupancy(node.domains, device_use(node.held.values()), (allocation,))
+    if found is None:
+        return 0.0
+    if found.wanted == 0:
+        return MAX_SCORE
+    free = np.array([found.free], dtype=np.int64)  # free: (1, domains)
+    size = np.array([found.size], dtype=np.int64)  # size: (1, domains)
+    total = size.sum(axis=1)  # total: (1,)
+    raw = score_nodes(found.wanted, free, size, total, total - free.sum(axis=1)).raw
+    return float(np.nan_to_num(normalize(raw))[0])
+
+
+def fragmentation_rank(node: MigNode, allocation: Allocation, gpus: int) -> tuple[Any, ...]:
+    """The placement's key in the aware order (smaller is better): a GPU already partitioned
+    first, then `partitions.fragmentation_key` on its GPU's memory slices."""
+    found = placement_of(_device(allocation))
+    assert found is not None
+    gpu, profile, start = found
+    used = occupancy([_device(a) for a in node.held.values()], gpus)[gpu]
+    return (not used, *fragmentation_key(used, SIZED, sized(profile, start), SLICES))
+
+
+def sized(profile: str, start: int) -> Placement:
+    """The placement of `profile` at memory slice `start`, sized as `scheduler.dra.partitions`
+    sizes it: memory slices, then its shares of the GPU's multiprocessors and memory (so a 4g
+    ranks above a 3g of the same slices)."""
+    found = PROFILES[profile]
+    share = (
+        Decimal(found.multiprocessors) / H200_MULTIPROCESSORS
+        + Decimal(found.memory_mib) / H200_GPU.memory_mib
+    )
+    slices = frozenset(range(start, start + found.memory_slices))
+    return Placement(slices, (found.memory_slices, share))
+
+
+SIZED = [
+    *(sized(p.name, s) for p in H200_MIG_PROFILES for s in p.starts),
+    Placement(frozenset(range(SLICES)), (SLICES, Decimal(2))),
+]
+"""Every placement of a GPU, the whole GPU last, sized as `sized` sizes them: what the allocator
+ranks a GPU's placements among."""
+
+
+def loss_candidates(
+    cluster: Sequence[MigNode], profile: str, gpus: int
+) -> list[tuple[MigNode, int, int]]:
+    """Every (node, GPU, start) where `profile` fits the free memory slices, best first: the
+    least loss of the largest placement possible on the GPU (before minus after), then the GPU
+    whose largest placement is smallest already (best fit), then the longest free run after,
+    then node, GPU and start order."""
+    ranked = []
+    for position, node in enumerate(cluster):
+        used = occupancy([_device(a) for a in node.held.values()], gpus)
+        for gpu, taken in enumerate(used):
+            slots, share = placeable_after(taken, SIZED)
+            for start in PROFILES[profile].starts:
+                choice = sized(profile, start)
+                if choice.slots & taken:
+                    continue
+                largest, extra, run = fragmentation_key(taken, SIZED, choice, SLICES)
+                loss = (slots + largest, share + extra)  # the key's sizes are negated
+                key = (loss, (slots, share), run, position, gpu, start)
+                ranked.append((key, node, gpu, start))
+    ranked.sort(key=lambda item: item[0])
+    return [(node, gpu, start) for _, node, gpu, start in ranked]
+
+
+def place_by_loss(
+    cluster: Sequence[MigNode], profile: str, index: int, gpus: int, allocate: Any
+) -> tuple[MigNode, Allocation] | None:
+    """The first of `loss_candidates` that the allocator grants (it also checks the counters
+    beyond the memory slices); None if none."""
+    for node, gpu, start in loss_candidates(cluster, profile, gpus):
+        where = (gpu_uuid(node.name, gpu), start)
+        outcome = allocate(node, claim_for(profile, index, where))
+        if outcome.allocations is not None:
+            return node, outcome.allocations[0]
+    return None
+
+
+def choose(
+    policy: str, fits: list[tuple[MigNode, Allocation]], gpus: int, rng: random.Random
+) -> tuple[MigNode, Allocation]:
+    """The node (and its allocation) `policy` picks among those where the claim fits."""
+    if policy in (FIRST_FIT, FRAGMENTATION_LOSS):
+        return fits[0]
+    if policy == RANDOM_NODE:
+        return fits[rng.randrange(len(fits))]
+    scored: list[tuple[tuple[Any, ...], int]] = []
+    for position, (node, allocation) in enumerate(fits):
+        score = -claims_score(node, allocation)
+        key = (
+            (score,)
+            if policy == GPU_SCHEDULER
+            else (*fragmentation_rank(node, allocation, gpus), score)
+        )
+        scored.append((key, position))
+    best = min(key for key, _ in scored)
+    ties = [position for key, position in scored if key == best]
+    return fits[ties[rng.randrange(len(ties))]]
+
+
+def simulate(
+    seed: int, gpus: int, requests: int, depart: float, policy: str, nodes: int = 1
+) -> Tally:
     rng = random.Random(seed)
     names, weights = list(WEIGHTS), list(WEIGHTS.values())
     draws = [(rng.random(), rng.choices(names, weights)[0], rng.random()) for _ in range(requests)]
-    pools = node_pools(gpus)
+    ties = random.Random(seed)
     classes = {MIG_CLASS: parse_device_class(mig_device_class())}
     matcher = CelSelectors()
-    held: dict[int, str] = {}
+    cluster = []
+    for index in range(nodes):
+        name = NODE if nodes == 1 else f"m8-{index}"
+        pools = node_pools(gpus, name)
+        cluster.append(MigNode(name, pools, device_domains({}, pools)))
+    held: dict[int, MigNode] = {}
     tally = Tally()
     for index, (leave, profile, which) in enumerate(draws):
         if held and leave < depart:
-            held.pop(sorted(held)[int(which * len(held))])
+            gone = sorted(held)[int(which * len(held))]
+            held.pop(gone).held.pop(gone)
         else:
             tally.asks += 1
             tally.big_asks += profile in BIG
-            taken = frozenset(("gpu.nvidia.com", NODE, name) for name in held.values())
-            outcome = Allocator(classes, taken, matcher).allocate(
-                NODE, {}, pools, [claim_for(profile, index)], {} if aware else None
-            )
-            if outcome.allocations is not None:
-                [result] = outcome.allocations[0].results
-                held[index] = result.device_id[2]
+
+            def allocate(node: MigNode, claim: ResourceClaim) -> Any:
+                domains = node.domains.domain_of if policy in AWARE else None
+                return Allocator(classes, node.taken(), matcher).allocate(
+                    node.name, {}, node.pools, [claim], domains
+                )
+
+            fits = []
+            if policy == FRAGMENTATION_LOSS:
+                found = place_by_loss(cluster, profile, index, gpus, allocate)
+                fits = [found] if found is not None else []
+            for node in cluster if policy != FRAGMENTATION_LOSS else ():
+                outcome = allocate(node, claim_for(profile, index))
+                if outcome.allocations is not None:
+                    fits.append((node, outcome.allocations[0]))
+                    if policy == FIRST_FIT:
+                        break
+            if fits:
+                node, allocation = choose(policy, fits, gpus, ties)
+                node.held[index] = allocation
+                held[index] = node
                 tally.placed += 1
                 tally.big_placed += profile in BIG
-        used = occupancy(list(held.values()), gpus)
-        largest = max(placeable_after(u, GEOMETRY)[0] for u in used)
-        tally.largest_sum += largest
-        tally.four_g_steps += any(not u & frozenset(range(4)) for u in used)
+        used = [
+            u for node in cluster for u in occupancy([_device(a) for a in node.held.values()], gpus)
+        ]
+        tally.largest_sum += max(placeable_after(u, GEOMETRY)[0] for u in used)
+        four_g = sum(not u & FOUR_G for u in used)
+        tally.four_g_steps += four_g > 0
+        tally.four_g_gpus += four_g
         tally.steps += 1
     return tally
 
@@ -147,47 +340,79 @@ def simulate(seed: int, gpus: int, requests: int, depart: float, aware: bool) ->
 def summed(tallies: Sequence[Tally]) -> Tally:
     total = Tally()
     for t in tallies:
-        for field in vars(total):
-            setattr(total, field, getattr(total, field) + getattr(t, field))
+        for name in vars(total):
+            setattr(total, name, getattr(total, name) + getattr(t, name))
     return total
 
 
 def figures(t: Tally) -> dict[str, float]:
+    steps = max(t.steps, 1)
     return {
         "asks": t.asks,
         "placed": t.placed,
         "big asks": t.big_asks,
         "big placed": t.big_placed,
-        "largest": t.largest_sum / max(t.steps, 1),
-        "4g placeable": t.four_g_steps / max(t.steps, 1),
+        "largest": t.largest_sum / steps,
+        "4g placeable": t.four_g_steps / steps,
+        "4g GPUs": t.four_g_gpus / steps,
     }
 
 
-def run(seeds: Sequence[int], gpus: int, requests: int, depart: float) -> dict[str, Any]:
-    aware = summed([simulate(s, gpus, requests, depart, True) for s in seeds])
-    first = summed([simulate(s, gpus, requests, depart, False) for s in seeds])
-    return {"aware": figures(aware), "first fit": figures(first)}
+def run(
+    seeds: Sequence[int],
+    gpus: int,
+    requests: int,
+    depart: float,
+    policies: Sequence[str] = POLICIES,
+    nodes: int = 1,
+) -> dict[str, Any]:
+    """Figures per policy (see the module docstring); `ValueError` for an unknown policy."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})")
+    return {
+        policy: figures(summed([simulate(s, gpus, requests, depart, policy, nodes) for s in seeds]))
+        for policy in policies
+    }
 
 
 def table(found: dict[str, Any]) -> str:
-    lines = [f"{'figure':<14} {'aware':>9} {'first fit':>10} {'ratio':>7}"]
-    for key in found["aware"]:
-        a, f = found["aware"][key], found["first fit"][key]
-        ratio = f"{a / f:.3f}" if f else "-"
-        lines.append(f"{key:<14} {a:>9.3f} {f:>10.3f} {ratio:>7}")
-    return "\n".join(lines)
+    """One row per figure, one column per policy, then each policy's ratio to first fit."""
+    policies = list(found)
+    base = found.get(FIRST_FIT)
+    others = [p for p in policies if p != FIRST_FIT] if base is not None else []
+    rows = [["figure", *policies, *(f"{p} / first-fit" for p in others)]]
+    for key in found[policies[0]]:
+        cells = [key, *(f"{found[p][key]:.3f}" for p in policies)]
+        if base is not None:
+            cells += [f"{found[p][key] / base[key]:.3f}" if base[key] else "-" for p in others]
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hack.bench.mig")
-    parser.add_argument("--gpus", type=int, default=2)
+    parser.add_argument("--gpus", type=int, default=2, help="GPUs per node (1-8)")
+    parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--seeds", default="0,1,2,3,4,5,6,7")
     parser.add_argument("--depart", type=float, default=0.3)
+    parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    found = run(seeds, args.gpus, args.requests, args.depart)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    try:
+        found = run(seeds, args.gpus, args.requests, args.depart, policies, args.nodes)
+    except ValueError as error:
+        parser.exit(2, f"python -m hack.bench.mig: {error}\n")
     print(json.dumps(found, indent=2) if args.output == "json" else table(found))
     return 0
 

@@ -173,6 +173,12 @@ class GpuFragmentation:
         self._before_count = 0  # states whose waste is in `_before`
         self._before_at = (-1, -1)  # (state generation, table build) `_before` is valid for
 
+    @property
+    def ready(self) -> bool:
+        """Whether a GPU pod has been learned: before that, the score abstains and `waste`
+        has no table to read."""
+        return self._table is not None
+
     def learn(self, pod: PodInfo) -> None:
         """Count the per-GPU demand of a GPU pod (pods without GPUs are not counted)."""
         gpus = int(pod.requests[GPU])
