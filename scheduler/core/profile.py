@@ -58,4 +58,5 @@ def default_framework(settings: SchedulerConfig) -> Framework:
         scores=[nvlink, claims, affinity, pod_affinity, *extra, spread],
         seed=settings.scoring.seed,
         narrowers=[nvlink] if scoring.narrow_to_one_domain else [],
+        pack_gang_members=scoring.pack_gang_members,
     )
