@@ -15,6 +15,7 @@ from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.node_ports import NodePorts
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
+from scheduler.plugins.shared_gpus import DraSharedGpus
 from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
 from scheduler.plugins.topology_spread import PodTopologySpread
 from scheduler.plugins.volume_binding import VolumeBinding
@@ -39,7 +40,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     )
     extra: list[ScorePlugin] = [sharing] if settings.sharing.weight > 0 else []
     if scoring.fragmentation_weight > 0:
-        extra.append(GpuFragmentation(scoring.fragmentation_weight))
+        extra.append(GpuFragmentation(scoring.fragmentation_weight, DraSharedGpus()))
     return Framework(
         filters=[
             NodeUnschedulable(),
