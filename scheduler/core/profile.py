@@ -25,8 +25,8 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     """The profile: kube-scheduler's filters that matter for GPU pods, GPUHealth (sick GPUs do
     not count as free), the NVLink filter and score, the replicas of time-sliced GPUs packed or
     spread (GpuSharing), DynamicResources (devices of ResourceClaims, chosen NVLink-aware),
-    preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable (left
-    out when weighted 0)."""
+    preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable, the
+    room on shared DRA GPUs included (left out when weighted 0)."""
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
