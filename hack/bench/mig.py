@@ -15,14 +15,17 @@ claim fits:
 - `first-fit`: upstream's order (no domain map), the first node in name order that fits;
 - `random-node`: upstream's order, a node drawn among those that fit (kube-scheduler 1.37:
   every node scores the same for such a claim and it picks among the best at random);
-- `gpu-scheduler`: gpu-scheduler's fragmentation-aware order (`scheduler.dra.partitions`, the
-  node's domain map given), and the node its DynamicResources score ranks first
-  (`scheduler.plugins.dynamic_resources.domain_occupancy` and the NVLink kernel, as the plugin
-  scores), ties drawn at random;
-- `fragmentation-nodes`: the aware order, and the node whose placement scores best by the
-  order's own key (`partitions.fragmentation_key`: a GPU already partitioned before an
-  untouched one, then the largest placement still possible on the GPU, then the longest free
-  run), ties as `gpu-scheduler`. On one node it is `gpu-scheduler`.
+- `gpu-scheduler`: gpu-scheduler's order (`scheduler.dra.partitions`, the node's domain map
+  given: the least loss of the largest placement possible on the GPU, then the most
+  fragmented GPU), and the node its DynamicResources score ranks first
+  (`scheduler.dra.node_score`, as the plugin scores), ties drawn at random;
+- `largest-after`: the order gpu-scheduler had before (a GPU already partitioned first, then
+  the placement leaving the largest placement possible on its GPU, then the longest free run),
+  and the node its DynamicResources score ranked first then (each MIG device taken counted as
+  one whole GPU of its NVLink domain, the NVLink kernel over that), ties drawn at random. The
+  order is applied here: the first placement it ranks that the allocator grants;
+- `fragmentation-loss`: gpu-scheduler's key (`partitions.loss_key`) over every GPU of every
+  node as if they were one node, ties by node order: what the node score approximates.
 
 Figures per policy, summed over the seeds:
 
@@ -42,7 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -59,18 +62,24 @@ from hack.localcluster.dra_mig import (
     mig_resource_slices,
     placement_of,
 )
-from scheduler.dra.allocator import Allocator
+from scheduler.dra.allocator import Allocator, NodeAllocation
 from scheduler.dra.cel import CelSelectors
 from scheduler.dra.consumable import device_use
 from scheduler.dra.domains import DeviceDomains, device_domains
-from scheduler.dra.partitions import Placement, fragmentation_key, placeable_after
+from scheduler.dra.node_score import domain_occupancy, occupancy_points
+from scheduler.dra.partitions import (
+    Partitions,
+    Placement,
+    longest_free_run,
+    loss_key,
+    placeable_after,
+)
 from scheduler.model.allocations import Allocation
 from scheduler.model.claims import ResourceClaim, parse_resource_claim
 from scheduler.model.device_classes import parse_device_class
 from scheduler.model.devices import parse_resource_slice
 from scheduler.model.pools import Pool, gather_pools
-from scheduler.plugins.dynamic_resources import domain_occupancy
-from topology.scoring import MAX_SCORE, normalize, score_nodes
+from topology.scoring import normalize, score_nodes
 
 NODE = "m8-0"
 DRIVER = "gpu.nvidia.com"
@@ -89,11 +98,11 @@ FOUR_G = frozenset(range(4))
 FIRST_FIT = "first-fit"
 RANDOM_NODE = "random-node"
 GPU_SCHEDULER = "gpu-scheduler"
-FRAGMENTATION_NODES = "fragmentation-nodes"
+LARGEST_AFTER = "largest-after"
 FRAGMENTATION_LOSS = "fragmentation-loss"
-POLICIES = (FIRST_FIT, RANDOM_NODE, GPU_SCHEDULER, FRAGMENTATION_NODES, FRAGMENTATION_LOSS)
-AWARE = frozenset({GPU_SCHEDULER, FRAGMENTATION_NODES})
-"""Policies with gpu-scheduler's device order."""
+POLICIES = (FIRST_FIT, RANDOM_NODE, GPU_SCHEDULER, LARGEST_AFTER, FRAGMENTATION_LOSS)
+Allocate = Callable[["MigNode", ResourceClaim], NodeAllocation]
+"""Runs the allocator for one claim on one node."""
 
 
 @dataclass
@@ -110,15 +119,26 @@ class Tally:
 
 @dataclass
 class MigNode:
-    """One node: its pools, its device -> NVLink domain map, and the claims it holds."""
+    """One node: its pools, its device -> NVLink domain map, its MIG placements, and the claims
+    it holds."""
 
     name: str
     pools: tuple[Pool, ...]
     domains: DeviceDomains
+    partitions: Partitions
     held: dict[int, Allocation] = field(default_factory=dict)
 
     def taken(self) -> frozenset[tuple[str, str, str]]:
         return frozenset(r.device_id for a in self.held.values() for r in a.results)
+
+    def used(self, gpus: int) -> list[frozenset[int]]:
+        """Memory slices in use per GPU."""
+        return occupancy([_device(a) for a in self.held.values()], gpus)
+
+
+def mig_node(name: str, gpus: int) -> MigNode:
+    pools = node_pools(gpus, name)
+    return MigNode(name, pools, device_domains({}, pools), Partitions.of_pools(pools))
 
 
 def claim_for(profile: str, index: int, where: tuple[str, int] | None = None) -> ResourceClaim:
@@ -175,29 +195,32 @@ def _device(allocation: Allocation) -> str:
 
 
 def claims_score(node: MigNode, allocation: Allocation) -> float:
-    """The score gpu-scheduler's DynamicResources gives the node for `allocation` (0..100):
-    the NVLink kernel over the node's mapped devices, 100 for shares only, 0 when the plugin
-    would abstain (no mapped device) or the kernel finds no room."""
-    found = domain_occupancy(node.domains, device_use(node.held.values()), (allocation,))
-    if found is None:
+    """The score gpu-scheduler's DynamicResources gives the node for `allocation` (0..100,
+    `scheduler.dra.node_score` as the plugin uses it); 0 when the plugin would abstain (no
+    mapped device)."""
+    use = device_use(node.held.values())
+    found = domain_occupancy(node.domains, use, (allocation,), node.partitions)
+    return 0.0 if found is None else float(occupancy_points([found])[0])
+
+
+def earlier_claims_score(node: MigNode, allocation: Allocation) -> float:
+    """The score DynamicResources gave before: every mapped device taken (a MIG device too)
+    counted as one whole GPU of its domain, the device allocated as one more, the NVLink kernel
+    over that."""
+    taken = node.taken()
+    domains = node.domains
+    if not any(r.device_id in domains.domain_of for r in allocation.results):
         return 0.0
-    if found.wanted == 0:
-        return MAX_SCORE
-    free = np.array([found.free], dtype=np.int64)  # free: (1, domains)
-    size = np.array([found.size], dtype=np.int64)  # size: (1, domains)
+    free = list(domains.domain_size)
+    for device, domain in domains.domain_of.items():
+        if device in taken:
+            free[domain] -= 1
+    wanted = len({r.device_id for r in allocation.results if r.device_id in domains.domain_of})
+    free_row = np.array([[max(f, 0) for f in free]], dtype=np.int64)  # free_row: (1, domains)
+    size = np.array([domains.domain_size], dtype=np.int64)  # size: (1, domains)
     total = size.sum(axis=1)  # total: (1,)
-    raw = score_nodes(found.wanted, free, size, total, total - free.sum(axis=1)).raw
+    raw = score_nodes(wanted, free_row, size, total, total - free_row.sum(axis=1)).raw
     return float(np.nan_to_num(normalize(raw))[0])
-
-
-def fragmentation_rank(node: MigNode, allocation: Allocation, gpus: int) -> tuple[Any, ...]:
-    """The placement's key in the aware order (smaller is better): a GPU already partitioned
-    first, then `partitions.fragmentation_key` on its GPU's memory slices."""
-    found = placement_of(_device(allocation))
-    assert found is not None
-    gpu, profile, start = found
-    used = occupancy([_device(a) for a in node.held.values()], gpus)[gpu]
-    return (not used, *fragmentation_key(used, SIZED, sized(profile, start), SLICES))
 
 
 def sized(profile: str, start: int) -> Placement:
@@ -221,63 +244,119 @@ SIZED = [
 ranks a GPU's placements among."""
 
 
+def largest_after_key(used: frozenset[int], choice: Placement) -> tuple[Any, ...]:
+    """The earlier order's key of a placement on a GPU with `used` slices (smaller is better):
+    a GPU already partitioned first, then the largest placement still possible after it, then
+    the longest free run after it."""
+    after = used | choice.slots
+    slots, share = placeable_after(after, SIZED)
+    return (not used, -slots, -share, -longest_free_run(after, SLICES))
+
+
 def loss_candidates(
     cluster: Sequence[MigNode], profile: str, gpus: int
 ) -> list[tuple[MigNode, int, int]]:
-    """Every (node, GPU, start) where `profile` fits the free memory slices, best first: the
-    least loss of the largest placement possible on the GPU (before minus after), then the GPU
-    whose largest placement is smallest already (best fit), then the longest free run after,
+    """Every (node, GPU, start) where `profile` fits the free memory slices, best first by
+    `partitions.loss_key` (the least loss of the largest placement possible on the GPU, then
+    the GPU whose largest placement is smallest already, then the longest free run after),
     then node, GPU and start order."""
     ranked = []
     for position, node in enumerate(cluster):
-        used = occupancy([_device(a) for a in node.held.values()], gpus)
-        for gpu, taken in enumerate(used):
-            slots, share = placeable_after(taken, SIZED)
+        for gpu, taken in enumerate(node.used(gpus)):
             for start in PROFILES[profile].starts:
                 choice = sized(profile, start)
-                if choice.slots & taken:
-                    continue
-                largest, extra, run = fragmentation_key(taken, SIZED, choice, SLICES)
-                loss = (slots + largest, share + extra)  # the key's sizes are negated
-                key = (loss, (slots, share), run, position, gpu, start)
-                ranked.append((key, node, gpu, start))
+                if not choice.slots & taken:
+                    key = (loss_key(taken, SIZED, choice, SLICES), position, gpu, start)
+                    ranked.append((key, node, gpu, start))
     ranked.sort(key=lambda item: item[0])
     return [(node, gpu, start) for _, node, gpu, start in ranked]
 
 
+def largest_after_candidates(node: MigNode, profile: str, gpus: int) -> list[tuple[int, int]]:
+    """Every (GPU, start) of `node` where `profile` fits the free memory slices, best first by
+    `largest_after_key`, then GPU and start order (the candidates' order on the node)."""
+    ranked = []
+    for gpu, taken in enumerate(node.used(gpus)):
+        for start in PROFILES[profile].starts:
+            choice = sized(profile, start)
+            if not choice.slots & taken:
+                ranked.append(((largest_after_key(taken, choice), gpu, start), gpu, start))
+    ranked.sort(key=lambda item: item[0])
+    return [(gpu, start) for _, gpu, start in ranked]
+
+
+def granted(
+    node: MigNode, profile: str, index: int, where: tuple[int, int], allocate: Allocate
+) -> Allocation | None:
+    """The allocation of `profile` at (GPU, start) of `node`, if the allocator grants it (it
+    also checks the counters beyond the memory slices)."""
+    claim = claim_for(profile, index, (gpu_uuid(node.name, where[0]), where[1]))
+    outcome = allocate(node, claim)
+    return None if outcome.allocations is None else outcome.allocations[0]
+
+
 def place_by_loss(
-    cluster: Sequence[MigNode], profile: str, index: int, gpus: int, allocate: Any
+    cluster: Sequence[MigNode], profile: str, index: int, gpus: int, allocate: Allocate
 ) -> tuple[MigNode, Allocation] | None:
-    """The first of `loss_candidates` that the allocator grants (it also checks the counters
-    beyond the memory slices); None if none."""
+    """The first of `loss_candidates` that the allocator grants; None if none."""
     for node, gpu, start in loss_candidates(cluster, profile, gpus):
-        where = (gpu_uuid(node.name, gpu), start)
-        outcome = allocate(node, claim_for(profile, index, where))
-        if outcome.allocations is not None:
-            return node, outcome.allocations[0]
+        found = granted(node, profile, index, (gpu, start), allocate)
+        if found is not None:
+            return node, found
+    return None
+
+
+def place_largest_after(
+    node: MigNode, profile: str, index: int, gpus: int, allocate: Allocate
+) -> Allocation | None:
+    """The first of `largest_after_candidates` on `node` that the allocator grants."""
+    for where in largest_after_candidates(node, profile, gpus):
+        found = granted(node, profile, index, where, allocate)
+        if found is not None:
+            return found
     return None
 
 
 def choose(
-    policy: str, fits: list[tuple[MigNode, Allocation]], gpus: int, rng: random.Random
+    policy: str, fits: list[tuple[MigNode, Allocation]], rng: random.Random
 ) -> tuple[MigNode, Allocation]:
     """The node (and its allocation) `policy` picks among those where the claim fits."""
     if policy in (FIRST_FIT, FRAGMENTATION_LOSS):
         return fits[0]
     if policy == RANDOM_NODE:
         return fits[rng.randrange(len(fits))]
-    scored: list[tuple[tuple[Any, ...], int]] = []
-    for position, (node, allocation) in enumerate(fits):
-        score = -claims_score(node, allocation)
-        key = (
-            (score,)
-            if policy == GPU_SCHEDULER
-            else (*fragmentation_rank(node, allocation, gpus), score)
-        )
-        scored.append((key, position))
-    best = min(key for key, _ in scored)
-    ties = [position for key, position in scored if key == best]
+    score = claims_score if policy == GPU_SCHEDULER else earlier_claims_score
+    scored = [score(node, allocation) for node, allocation in fits]
+    best = max(scored)
+    ties = [position for position, points in enumerate(scored) if points == best]
     return fits[ties[rng.randrange(len(ties))]]
+
+
+def fitting(
+    policy: str,
+    cluster: Sequence[MigNode],
+    ask: tuple[str, int],
+    gpus: int,
+    allocate: Allocate,
+) -> list[tuple[MigNode, Allocation]]:
+    """The nodes where `policy` places the ask (profile, index), each with its allocation
+    there (first fit stops at the first; the loss order names one node)."""
+    profile, index = ask
+    if policy == FRAGMENTATION_LOSS:
+        found = place_by_loss(cluster, profile, index, gpus, allocate)
+        return [found] if found is not None else []
+    fits = []
+    for node in cluster:
+        if policy == LARGEST_AFTER:
+            allocation = place_largest_after(node, profile, index, gpus, allocate)
+        else:
+            outcome = allocate(node, claim_for(profile, index))
+            allocation = None if outcome.allocations is None else outcome.allocations[0]
+        if allocation is not None:
+            fits.append((node, allocation))
+            if policy == FIRST_FIT:
+                break
+    return fits
 
 
 def simulate(
@@ -289,11 +368,15 @@ def simulate(
     ties = random.Random(seed)
     classes = {MIG_CLASS: parse_device_class(mig_device_class())}
     matcher = CelSelectors()
-    cluster = []
-    for index in range(nodes):
-        name = NODE if nodes == 1 else f"m8-{index}"
-        pools = node_pools(gpus, name)
-        cluster.append(MigNode(name, pools, device_domains({}, pools)))
+    cluster = [mig_node(NODE if nodes == 1 else f"m8-{i}", gpus) for i in range(nodes)]
+    aware = policy == GPU_SCHEDULER
+
+    def allocate(node: MigNode, claim: ResourceClaim) -> NodeAllocation:
+        domains = node.domains.domain_of if aware else None
+        return Allocator(classes, node.taken(), matcher).allocate(
+            node.name, {}, node.pools, [claim], domains
+        )
+
     held: dict[int, MigNode] = {}
     tally = Tally()
     for index, (leave, profile, which) in enumerate(draws):
@@ -303,32 +386,14 @@ def simulate(
         else:
             tally.asks += 1
             tally.big_asks += profile in BIG
-
-            def allocate(node: MigNode, claim: ResourceClaim) -> Any:
-                domains = node.domains.domain_of if policy in AWARE else None
-                return Allocator(classes, node.taken(), matcher).allocate(
-                    node.name, {}, node.pools, [claim], domains
-                )
-
-            fits = []
-            if policy == FRAGMENTATION_LOSS:
-                found = place_by_loss(cluster, profile, index, gpus, allocate)
-                fits = [found] if found is not None else []
-            for node in cluster if policy != FRAGMENTATION_LOSS else ():
-                outcome = allocate(node, claim_for(profile, index))
-                if outcome.allocations is not None:
-                    fits.append((node, outcome.allocations[0]))
-                    if policy == FIRST_FIT:
-                        break
+            fits = fitting(policy, cluster, (profile, index), gpus, allocate)
             if fits:
-                node, allocation = choose(policy, fits, gpus, ties)
+                node, allocation = choose(policy, fits, ties)
                 node.held[index] = allocation
                 held[index] = node
                 tally.placed += 1
                 tally.big_placed += profile in BIG
-        used = [
-            u for node in cluster for u in occupancy([_device(a) for a in node.held.values()], gpus)
-        ]
+        used = [u for node in cluster for u in node.used(gpus)]
         tally.largest_sum += max(placeable_after(u, GEOMETRY)[0] for u in used)
         four_g = sum(not u & FOUR_G for u in used)
         tally.four_g_steps += four_g > 0

@@ -15,7 +15,8 @@ in trace order, repeated from the top (or drawn with replacement with `--sample`
 until the GPUs they ask for (a share counting as its fraction) reach `--demand` times the
 cluster's GPUs; a pod that fits no node is skipped. Every policy sees the same arrivals on a
 fresh cluster (`simulate_share_cluster`); the policies are those of `simulate_share_policies`
-(default: all of gpu-scheduler, first-fit, best-fit, least-allocated, most-allocated, random).
+(default: all of gpu-scheduler, gpu-scheduler-whole-gpus, first-fit, best-fit,
+least-allocated, most-allocated, random).
 
 Reported per policy (at the end of the run):
 

@@ -13,11 +13,16 @@ they pick among the feasible ones and the GPU inside it:
   scored as the profile's DynamicResources scores a consumable-capacity claim: 100 on a node
   where a GPU already shared takes it, elsewhere the NVLink score of the one GPU it would open
   (the NVLink plugin's kernel over untouched GPUs), plus the GPU-fragmentation score
-  (`scheduler.plugins.gpu_fragmentation`, at its profile weight) of what it takes there: its cpu
-  and memory, and on a node where it opens a GPU that GPU too. The node is picked by the
+  (`scheduler.plugins.gpu_fragmentation`, at its profile weight) of its thousandths, cpu and
+  memory. The fragmentation score sees the room on partly used GPUs as free GPU and learns from
+  shares too (`ClusterShares`, what the daemon reads from DRA devices that allow multiple
+  allocations), and steers CPU-only pods to nodes without free GPU. The node is picked by the
   framework's seeded tie-break; the GPU by `simulate_share_gpus.PACKING` (the allocator's
-  packing order). The fragmentation score learns from whole-GPU pods only, as in the daemon,
-  where a share is a ResourceClaim and not an `nvidia.com/gpu` request.
+  packing order).
+- `gpu-scheduler-whole-gpus`: the same with the GPU-fragmentation score as it was before it
+  knew shares: whole free GPUs only (a GPU holding a share is not free), learned from whole-GPU
+  pods only, CPU-only pods not steered; a share scored for its cpu and memory, and where it
+  opens a GPU for that GPU.
 - `first-fit`: the first feasible node in the node list; the lowest GPU index with room.
 - `best-fit`: `simulate_policies.BestFit` with GPUs counted in thousandths (fewest free
   thousandths of GPU left, then fewest free millicores); the tightest GPU.
@@ -44,6 +49,7 @@ from scheduler.core.placement import place
 from scheduler.framework.interface import CycleState
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
+from scheduler.model.objects import PodInfo
 from scheduler.model.resources import CPU, MEMORY
 from scheduler.plugins.dynamic_resources import DynamicResources
 from scheduler.plugins.gpu_fragmentation import (
@@ -81,8 +87,18 @@ Choice = tuple[int, tuple[int, ...]]
 """A node row and the GPU indices taken there."""
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
 
-SHARE_POLICY_NAMES = (GPU_SCHEDULER, FIRST_FIT, BEST_FIT, LEAST_ALLOCATED, MOST_ALLOCATED, RANDOM)
+GPU_SCHEDULER_WHOLE_GPUS = "gpu-scheduler-whole-gpus"
+SHARE_POLICY_NAMES = (
+    GPU_SCHEDULER,
+    GPU_SCHEDULER_WHOLE_GPUS,
+    FIRST_FIT,
+    BEST_FIT,
+    LEAST_ALLOCATED,
+    MOST_ALLOCATED,
+    RANDOM,
+)
 """Every policy of `--shares`, in the order of the tables."""
 
 
@@ -195,22 +211,49 @@ def no_preference(arrival: Arrival, cluster: ShareCluster) -> FloatArray:
     return np.zeros(cluster.rows, dtype=np.float64)  # (rows,)
 
 
+class ClusterShares:
+    """`gpu_fragmentation.SharedGpus` of the simulated cluster: the room is the free thousandths
+    of its partly used GPUs (the cache counts those GPUs as used), the share that of the arrival
+    being placed."""
+
+    def __init__(self) -> None:
+        self.cluster: ShareCluster | None = None
+        self.milli = 0
+
+    def room(self, snapshot: Snapshot) -> IntArray | None:
+        if self.cluster is None:
+            return None
+        free = self.cluster.free  # free: (rows, gpus)
+        room: IntArray = np.where(free < WHOLE, free, 0).sum(axis=1)  # room: (rows,)
+        return room
+
+    def share(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> int:
+        return self.milli
+
+
 class GpuSchedulerShares:
     """gpu-scheduler's profile, shares scored as its DynamicResources plugin scores them (see
-    the module docstring)."""
+    the module docstring). With `whole_gpus_only` its GPU-fragmentation score is the earlier
+    one: whole free GPUs only, learned from whole-GPU pods, CPU-only pods not steered."""
 
-    name = GPU_SCHEDULER
-
-    def __init__(self, framework: Framework) -> None:
+    def __init__(self, framework: Framework, whole_gpus_only: bool = False) -> None:
+        self.name = GPU_SCHEDULER_WHOLE_GPUS if whole_gpus_only else GPU_SCHEDULER
         self.framework = framework
+        self.whole_gpus_only = whole_gpus_only
         self.nvlink = next(p for p in framework.scores if isinstance(p, NVLink))
         self.claims = next(p for p in framework.scores if isinstance(p, DynamicResources))
         self.fragmentation = next(
             (p for p in framework.scores if isinstance(p, GpuFragmentation)), None
         )
+        self.shares = ClusterShares()
+        if self.fragmentation is not None:
+            self.fragmentation.shared = None if whole_gpus_only else self.shares
+            self.fragmentation.steer_cpu_only = not whole_gpus_only
 
     def choose(self, arrival: Arrival, cluster: ShareCluster) -> Choice | None:
         snapshot = cluster.snapshot
+        self.shares.cluster = cluster
+        self.shares.milli = arrival.milli if arrival.kind == SHARE else 0
         if arrival.kind != SHARE:
             evaluation = self.framework.evaluate(arrival.pod, snapshot)
             if evaluation.chosen == NO_NODE:
@@ -239,12 +282,18 @@ class GpuSchedulerShares:
     def _fragmentation_points(
         self, arrival: Arrival, snapshot: Snapshot, state: CycleState, opens: BoolArray
     ) -> FloatArray | None:
-        """GpuFragmentation's points (rows,) for the share taking its cpu and memory, and on
-        `opens` rows one untouched GPU; None before the plugin has learned a GPU pod."""
+        """GpuFragmentation's points (rows,) for the share; None when it abstains. The plugin
+        scores the share itself (its thousandths off the node's free GPU); with
+        `whole_gpus_only` the points are those of its cpu and memory, and on `opens` rows of
+        one untouched GPU, against whole free GPUs."""
         plugin = self.fragmentation
-        if plugin is None or not plugin.ready:
+        if plugin is None:
             return None
-        plugin.nodes.refresh(snapshot, state)
+        if not self.whole_gpus_only:
+            return plugin.score(arrival.pod, snapshot, state, opens)
+        if not plugin.ready:
+            return None
+        plugin.refresh(snapshot, state)
         before = plugin.current_waste_by_row()  # before: (rows,)
         after = snapshot.free[:, list(COLUMNS)].T.astype(np.float32)  # after: (3, rows)
         after[0] -= opens  # the GPU column: a share opening a GPU takes it
@@ -258,8 +307,9 @@ class GpuSchedulerShares:
 def share_policy(name: str, settings: SchedulerConfig, seed: int) -> SharePolicy:
     """The policy `name` (one of `SHARE_POLICY_NAMES`; `ValueError` otherwise), its framework
     built from `settings` and its tie-breaks seeded with `seed`."""
-    if name == GPU_SCHEDULER:
-        return GpuSchedulerShares(POLICIES[GPU_SCHEDULER](settings, seed))
+    if name in (GPU_SCHEDULER, GPU_SCHEDULER_WHOLE_GPUS):
+        framework = POLICIES[GPU_SCHEDULER](settings, seed)
+        return GpuSchedulerShares(framework, name == GPU_SCHEDULER_WHOLE_GPUS)
     framework = POLICIES[RANDOM](settings, seed)  # the production filters, seeded tie-breaks
     rules: dict[str, tuple[Callable[[Arrival, ShareCluster], FloatArray] | None, str]] = {
         FIRST_FIT: (None, FIRST_FIT),

@@ -112,17 +112,44 @@ def test_every_policy_keeps_every_gpu_within_its_thousandths() -> None:
 
 
 def test_packing_keeps_a_gpu_whole_where_first_fit_breaks_it() -> None:
-    """Node a has too little cpu for the first share, which goes to b. The second share fits
-    both: first fit opens a's GPU, gpu-scheduler packs it onto b's. Then the whole-GPU pod fits
-    only where a's GPU stayed whole."""
-    nodes = [node("a", 1, cpu="4"), node("b", 1, cpu="16")]
-    pods = [pod("big", 1, 500, cpu="8"), pod("small", 1, 300, cpu="1"), pod("whole", 1, cpu="2")]
+    """Node a has a GPU type the first share does not accept, so it goes to b. The second
+    share fits both: first fit opens a's GPU, gpu-scheduler packs it onto b's. Then the
+    whole-GPU pod fits only where a's GPU stayed whole. (With a kept from the first share by
+    too little cpu instead, the GPU-fragmentation score, having learned that share's cpu per
+    GPU, would rather fill a's GPU, which that kind of share could never use.)"""
+    nodes = [TraceNode("a", "16", "256Gi", 1, "GPU-Y"), node("b", 1, cpu="16")]
+    big = TracePod("big", "8", "8Gi", 1, 500, ("GPU-X",))
+    pods = [big, pod("small", 1, 300, cpu="1"), pod("whole", 1, cpu="2")]
     found = by_policy(nodes, pods, demand=0.9)
     assert found["gpu-scheduler"]["pods_placed"] == 3
     assert found["gpu-scheduler"]["gpus_unallocated"] == 0.2
     assert found["first-fit"]["pods_placed"] == 2
     assert found["first-fit"]["whole_gpu_pods_skipped"] == 1
     assert found["first-fit"]["gpus_partly_used"] == 2
+
+
+def test_a_cpu_only_pod_leaves_the_cpu_beside_shared_gpus() -> None:
+    """g's one GPU holds a half share; c has no GPU. To the whole-GPU score g had no free GPU,
+    like c, so the CPU-only pod went to either at random and, on g, took the cpu the second
+    half share needs. Counting the half GPU left (and steering CPU-only pods off free GPU), it
+    goes to c."""
+    nodes = [node("g", 1, cpu="16"), TraceNode("c", "16", "256Gi", 0, "")]
+    pods = [pod("half", 1, 500, cpu="4"), pod("cpu", 0, cpu="10"), pod("other", 1, 500, cpu="4")]
+    placed = {
+        seed: {r.policy: r.as_json()["pods_placed"] for r in results}
+        for seed in range(5)
+        for _, results in [
+            simulate_shares(
+                nodes,
+                pods,
+                ["gpu-scheduler", "gpu-scheduler-whole-gpus"],
+                demand=0.99,
+                seed=seed,
+            )
+        ]
+    }
+    assert all(found["gpu-scheduler"] == 3 for found in placed.values())
+    assert any(found["gpu-scheduler-whole-gpus"] == 2 for found in placed.values())
 
 
 def test_packing_takes_the_tightest_gpu_of_a_node_and_keeps_a_domain_whole() -> None:
