@@ -30,13 +30,13 @@ Modes: burst (every pod created at once, `--create-concurrency` requests at a ti
 each `--rate`, a steady arrival of that many pod creations a second, so that latency is also
 measured below the ceiling, where a scheduler is not saturated. Each mode repeats the three runs.
 
-With `--features` the pod set is the feature mix instead (`feature_kinds`, seeded; the same GPU
-sizes): 30 % plain pods, 15 % with preferred and 15 % with required pod affinity to their group
-(label `bench.gpu-scheduler.io/app=g<i mod 10>`, topology key the node type), 20 % with a
-topology spread over their group (maxSkew 2, half DoNotSchedule, half ScheduleAnyway), 20 % gang
-members (4 consecutive pods naming a scheduling.k8s.io/v1beta1 PodGroup with minCount 4, created
-before the run's pods, in every run; kube-scheduler's gang plugins are on through the cluster's
-GenericWorkload feature gate).
+With `--features` the pod set is the feature mix instead (`hack.bench.feature_workload`, seeded;
+the same GPU sizes): 30 % plain pods, 15 % with preferred and 15 % with required pod affinity to
+their group (label `bench.gpu-scheduler.io/app=g<i mod 10>`, topology key the node type),
+20 % with a topology spread over their group (maxSkew 2, half DoNotSchedule, half
+ScheduleAnyway), 20 % gang members (4 consecutive pods naming a scheduling.k8s.io/v1beta1
+PodGroup with minCount 4, created before the run's pods, in every run; kube-scheduler's gang
+plugins are on through the cluster's GenericWorkload feature gate).
 
 With `--dra` the nodes and pods use Dynamic Resource Allocation instead (`hack.bench.dra_workload`):
 every node is a `D8` (8 H200 GPUs, NVLink domains gpu-0..3 and gpu-4..7) whose GPUs are
@@ -126,6 +126,7 @@ from hack.bench.dra_workload import (
     extended_pod_manifest,
     wait_claims_gone,
 )
+from hack.bench.feature_workload import create_pod_groups, feature_kinds, with_features
 from hack.bench.pending import (
     NodeKind,
     RunPlacements,
@@ -143,7 +144,6 @@ from hack.localcluster import (
     wait_nodes_ready,
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
-from hack.localcluster.nodes import NODE_TYPE_LABEL
 from hack.localcluster.processes import Component
 from scheduler.kube.client import api_client_for
 from scheduler.kube.informer import Informer, KubeObject
@@ -307,96 +307,6 @@ def pod_manifest(
             ],
         },
     }
-
-
-PLAIN, PREFERRED, REQUIRED, SPREAD, GANG = "plain", "preferred", "required", "spread", "gang"
-FEATURE_SHARES: Mapping[str, float] = {
-    PLAIN: 0.3,
-    PREFERRED: 0.15,
-    REQUIRED: 0.15,
-    SPREAD: 0.2,
-    GANG: 0.2,
-}
-"""Shares of the feature mix; a gang draw takes `GANG_SIZE` pods at once."""
-GANG_SIZE = 4
-FEATURE_GROUPS = 10
-"""Pod i carries the label app=g<i mod FEATURE_GROUPS>; affinity and spread select by it."""
-APP_LABEL = "bench.gpu-scheduler.io/app"
-FEATURE_TOPOLOGY_KEY = NODE_TYPE_LABEL
-"""The domain of pod affinity and spread: the node type (three domains of the seed types)."""
-PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
-
-
-def feature_kinds(count: int, seed: int) -> list[tuple[str, str]]:
-    """Per pod index: (kind, gang name or ""), seeded. Kinds: plain; preferred pod affinity
-    (weight 50) to its group; required pod affinity to its group (which the pod itself matches,
-    so the first one fits); a topology spread over its group (maxSkew 2, DoNotSchedule on even
-    indices, ScheduleAnyway on odd ones); a gang member (`GANG_SIZE` consecutive pods, a PodGroup
-    with minCount = its members)."""
-    rng = np.random.default_rng(seed + 1)
-    names = list(FEATURE_SHARES)
-    shares = np.asarray([FEATURE_SHARES[n] for n in names], dtype=float)  # shares: (kinds,)
-    kinds: list[tuple[str, str]] = []
-    while len(kinds) < count:
-        kind = str(rng.choice(names, p=shares / shares.sum()))
-        if kind == GANG:
-            gang = f"gang-{len(kinds):05d}"
-            kinds.extend([(GANG, gang)] * min(GANG_SIZE, count - len(kinds)))
-        else:
-            kinds.append((kind, ""))
-    return kinds
-
-
-def gang_sizes(kinds: Sequence[tuple[str, str]]) -> dict[str, int]:
-    """Members of each gang of `feature_kinds`, by PodGroup name."""
-    sizes: dict[str, int] = {}
-    for kind, gang in kinds:
-        if kind == GANG:
-            sizes[gang] = sizes.get(gang, 0) + 1
-    return sizes
-
-
-def pod_group_manifest(name: str, members: int) -> dict[str, Any]:
-    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `members` pods."""
-    return {
-        "apiVersion": f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": members}}},
-    }
-
-
-def with_features(manifest: dict[str, Any], index: int, kind: str, gang: str) -> dict[str, Any]:
-    """`manifest` (of `pod_manifest`) given pod `index`'s feature-mix kind (see `feature_kinds`);
-    modified in place and returned."""
-    group = {APP_LABEL: f"g{index % FEATURE_GROUPS}"}
-    manifest["metadata"]["labels"] = dict(group)
-    spec = manifest["spec"]
-    term = {"labelSelector": {"matchLabels": group}, "topologyKey": FEATURE_TOPOLOGY_KEY}
-    if kind == PREFERRED:
-        spec["affinity"] = {
-            "podAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 50, "podAffinityTerm": term}
-                ]
-            }
-        }
-    elif kind == REQUIRED:
-        spec["affinity"] = {
-            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-        }
-    elif kind == SPREAD:
-        spec["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 2,
-                "topologyKey": FEATURE_TOPOLOGY_KEY,
-                "whenUnsatisfiable": "DoNotSchedule" if index % 2 == 0 else "ScheduleAnyway",
-                "labelSelector": {"matchLabels": group},
-            }
-        ]
-    elif kind == GANG:
-        spec["schedulingGroup"] = {"podGroupName": gang}
-    return manifest
 
 
 def plan_bindings(sizes: Sequence[int], capacity: Sequence[tuple[str, int]]) -> dict[int, str]:
@@ -701,20 +611,6 @@ async def run_pods(
             binds.add(task)
             task.add_done_callback(binds.discard)
 
-    async def create_groups() -> None:
-        """The gangs' PodGroups, before any pod (a member waits for its PodGroup anyway)."""
-        custom = client.CustomObjectsApi(api)
-        for gang, members in gang_sizes(kinds).items():
-            response = await custom.create_namespaced_custom_object(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
-                namespace,
-                PODGROUP_PLURAL,
-                pod_group_manifest(gang, members),
-                _preload_content=False,
-            )
-            await expect_ok(response, f"create PodGroup {gang}")
-
     async def create_all() -> None:
         nonlocal creation_done, arrival_start
         arrival_start = clock()
@@ -745,7 +641,7 @@ async def run_pods(
         if claim_watch is not None:
             await claim_informer.synced.wait()
             await create_templates(api, namespace, sizes)
-        await create_groups()
+        await create_pod_groups(api, namespace, kinds)
         cpu_start = meter.cpu_seconds() if meter is not None else 0.0
         creating = asyncio.create_task(create_all())
         if reaper is not None:
