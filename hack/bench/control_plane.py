@@ -2,7 +2,8 @@
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
         [--rate 50,100] [--lifetime SECONDS] [--no-burst] [--variant LABEL:KEY=VALUE,...]
-        [--tree LABEL:PATH] [--features | --dra [--dra-extended SHARE]] [--settle-seconds 15]
+        [--tree LABEL:PATH] [--features | --dra [--dra-extended SHARE | --shared SHARE]]
+        [--settle-seconds 15]
         [-o json]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
@@ -50,7 +51,11 @@ what a DRA scheduler must do (a finalizer and a status write per claim, besides 
 Between runs the benchmark also waits until the namespace lists no claim. `--dra-extended SHARE`
 makes that share of the pods (seeded) ask for `nvidia.com/gpu` instead of naming a template: the
 DeviceClass's `extendedResourceName` makes each scheduler create their claims (the ceiling's pods
-then bind without any claim). `--rate` works in this mode too (steady arrival).
+then bind without any claim). `--rate` works in this mode too (steady arrival). `--shared SHARE`
+puts S8 nodes in place of the D8 (GPUs that allow multiple allocations, memory a consumable
+capacity) and makes that share of the pods (seeded) ask for part of one GPU's memory, sizes
+from the openb GPU-sharing trace (`hack.bench.dra_shares`); the table adds the GPUs each run
+left partly used and whether its claims carry a `shareID` and `consumedCapacity`.
 
 Churn, `--lifetime L` (meant with `--rate R`, in either pod set): every pod of a gpu-scheduler or
 kube-scheduler run is deleted (grace 0) L seconds after this process saw it bound, while the
@@ -116,14 +121,21 @@ import yaml
 from kubernetes_asyncio import client
 
 from hack.bench.churn import Reaper, Step, bind_steps, peak_held, timeline
+from hack.bench.dra_shares import (
+    SHARE_HEADER,
+    DraPods,
+    ShareUse,
+    share_cells,
+    share_requests,
+    share_use,
+    shared_sizes,
+)
 from hack.bench.dra_workload import (
     AllocatedClaims,
     create_templates,
     dra_node_specs,
-    dra_pod_manifest,
     dra_quality,
     extended_indices,
-    extended_pod_manifest,
     wait_claims_gone,
 )
 from hack.bench.feature_workload import create_pod_groups, feature_kinds, with_features
@@ -204,6 +216,18 @@ class Options:
     dra_extended: float = 0.0
     """With `dra`: the share of pods asking for `nvidia.com/gpu` (served through the
     DeviceClass's `extendedResourceName`) instead of naming a template."""
+    shared: float = 0.0
+    """With `dra`: S8 nodes, and the share of pods asking for part of one GPU's memory
+    (`hack.bench.dra_shares`)."""
+
+    def dra_pods(self) -> DraPods:
+        """What each pod of the set asks for in the DRA mode."""
+        extended = extended_indices(self.pods, self.dra_extended, self.seed)
+        return DraPods(share_requests(self.pods, self.shared, self.seed), extended)
+
+    def sizes(self) -> list[int]:
+        """Whole GPUs asked by each pod of the set, in creation order (0 for a share pod)."""
+        return shared_sizes(pod_sizes(self.pods, self.seed, self.mix), self.dra_pods().shares)
 
     def modes(self) -> list[float | None]:
         """The arrival modes to run, in order: None is the burst, a number a steady rate."""
@@ -243,6 +267,8 @@ class RunResult:
     pending_why: dict[str, str] = field(default_factory=dict)
     """Pod name -> its PodScheduled=False message when the run ended, for each pending pod
     (`hack.bench.pending`)."""
+    shares: ShareUse | None = None
+    """With `Options.shared`: what the share pods held when the run ended (not the ceiling)."""
 
 
 # -- the cluster and the pod set ---------------------------------------------------------------
@@ -589,12 +615,11 @@ async def run_pods(
             await expect_ok(response, f"bind {name}")
 
     kinds = feature_kinds(len(sizes), options.seed) if options.features else []
-    make_pod = dra_pod_manifest if options.dra else pod_manifest
-    extended = extended_indices(len(sizes), options.dra_extended, options.seed)
+    dra_pods = options.dra_pods()
 
     async def create(index: int) -> None:
         name = names[index]
-        make = extended_pod_manifest if options.dra and index in extended else make_pod
+        make = functools.partial(dra_pods.manifest, index) if options.dra else pod_manifest
         manifest = make(name, sizes[index], scheduler_name, options.node_selector)
         if kinds:
             with_features(manifest, index, *kinds[index])
@@ -640,7 +665,7 @@ async def run_pods(
         await informer.synced.wait()
         if claim_watch is not None:
             await claim_informer.synced.wait()
-            await create_templates(api, namespace, sizes)
+            await create_templates(api, namespace, sizes, dra_pods.templates())
         await create_pod_groups(api, namespace, kinds)
         cpu_start = meter.cpu_seconds() if meter is not None else 0.0
         creating = asyncio.create_task(create_all())
@@ -694,6 +719,8 @@ async def run_pods(
         # without churn, kube-scheduler's pods are replayed in creation order, as before
         order = steps if deleted else bind_steps(names)
         eligible, inside = nvlink_quality(order, size_of, seen.node, seen.gpus, topologies)
+    asked = {names[index]: gib for index, gib in dra_pods.shares.items()}
+    shares = share_use(claims.results, asked, claims.released) if asked and plan is None else None
     pending = [n for n in names if n not in seen.at]
     pending_why = await pending_reasons(core, namespace, pending) if pending else {}
     await clear_namespace(
@@ -726,6 +753,7 @@ async def run_pods(
         peak_gpus=peak_held(steps, size_of),
         placed=dict(seen.node),
         pending_why=pending_why,
+        shares=shares,
     )
 
 
@@ -826,7 +854,7 @@ async def side_by_side(
     ceiling (not under churn: its plan binds each pod once, into room that only shrinks),
     gpu-scheduler, each variant of it, kube-scheduler."""
     topologies = topologies_of(specs)
-    sizes = pod_sizes(options.pods, options.seed, options.mix)
+    sizes = options.sizes()
     capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
     results: list[RunResult] = []
     for mode_index, rate in enumerate(options.modes()):
@@ -899,7 +927,9 @@ async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
         api = await api_client_for(str(cluster.kubeconfig))
         try:
             core = client.CoreV1Api(api)
-            specs = dra_node_specs(node_count) if options.dra else node_specs(node_count)
+            specs = node_specs(node_count)
+            if options.dra:
+                specs = dra_node_specs(node_count, shared=options.shared > 0)
             started = time.monotonic()
             names = await create_nodes(core, specs, concurrency=64)
             await wait_nodes_ready(core, names, timeout=NODES_READY_TIMEOUT_S)
@@ -955,7 +985,11 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 def print_table(results: Sequence[RunResult], options: Options) -> None:
     mix = ", feature mix (affinity, spread, gangs)" if options.features else ""
-    mix += ", DRA (D8 nodes, claims from templates; ceiling binds only)" if options.dra else ""
+    if options.dra:
+        nodes = "S8" if options.shared else "D8"
+        mix += f", DRA ({nodes} nodes, claims from templates; ceiling binds only)"
+    if options.shared:
+        mix += f", {len(options.dra_pods().shares)} of the pods asking for a share of one GPU"
     if options.dra and options.dra_extended:
         asking = len(extended_indices(options.pods, options.dra_extended, options.seed))
         mix += f", {asking} of the pods asking for nvidia.com/gpu instead"
@@ -969,7 +1003,7 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
         f"{'nodes':>6} {'mode':>6} {'run':<15} {'bound':>6} {'pending':>7} {'GPUs':>6} "
         f"{'pods/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} {'RSS MiB':>8} "
         f"{'one domain':>16}" + (f" {'deleted':>7} {'peak GPUs':>9}" if churn else "")
-    )
+    ) + (SHARE_HEADER if options.shared else "")
     print(header)
     for r in results:
         domain = (
@@ -982,6 +1016,7 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
             f"{_cell(r.pods_per_s):>7} {_cell(r.p50_ms, 0):>8} {_cell(r.p99_ms, 0):>8} "
             f"{_cell(r.cpu_s_per_1000_pods, 2):>9} {_cell(r.peak_rss_mib, 0):>8} {domain:>16}"
             + (f" {r.deleted:>7} {r.peak_gpus:>9}" if churn else "")
+            + (share_cells(r.shares) if options.shared else "")
         )
     for row in ratios(results):
         print(
@@ -1049,6 +1084,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --dra: this share of the pods asks for nvidia.com/gpu instead of a template",
     )
     parser.add_argument(
+        "--shared",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="with --dra: S8 nodes, and this share of the pods asks for part of one GPU",
+    )
+    parser.add_argument(
         "--lifetime",
         type=float,
         default=None,
@@ -1070,6 +1112,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dra and --features are separate pod sets")
     if not 0.0 <= args.dra_extended <= 1.0 or (args.dra_extended and not args.dra):
         parser.error("--dra-extended is a share from 0 to 1, with --dra")
+    if not 0.0 <= args.shared <= 1.0 or (args.shared and (not args.dra or args.dra_extended)):
+        parser.error("--shared is a share from 0 to 1, with --dra and without --dra-extended")
     if args.lifetime is not None and args.lifetime < 0:
         parser.error("--lifetime must be 0 or more seconds")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
@@ -1088,6 +1132,7 @@ def main(argv: list[str] | None = None) -> int:
         features=args.features,
         dra=args.dra,
         dra_extended=args.dra_extended,
+        shared=args.shared,
         lifetime=args.lifetime,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
@@ -1115,7 +1160,7 @@ def main(argv: list[str] | None = None) -> int:
 def print_pending(results: Sequence[RunResult], options: Options) -> None:
     """`hack.bench.pending.render_pending` per node count and mode."""
     names = [pod_name(i) for i in range(options.pods)]
-    sizes = dict(zip(names, pod_sizes(options.pods, options.seed, options.mix), strict=True))
+    sizes = dict(zip(names, options.sizes(), strict=True))
     kinds = feature_kinds(options.pods, options.seed) if options.features else []
     kind_of = {name: kind for name, (kind, _) in zip(names, kinds, strict=False)}
     for nodes, mode in dict.fromkeys((r.nodes, r.mode) for r in results):
