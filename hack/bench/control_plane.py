@@ -2,9 +2,8 @@
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
         [--rate 50,100] [--lifetime SECONDS] [--no-burst] [--variant LABEL:KEY=VALUE,...]
-        [--tree LABEL:PATH] [--features | --dra [--dra-extended SHARE | --shared SHARE]]
-        [--settle-seconds 15]
-        [-o json]
+        [--tree LABEL:PATH] [--settle-seconds 15] [-o json]
+        [--features | --dra [--dra-extended SHARE | --shared SHARE [--share-sizes GI,...]]]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -54,8 +53,9 @@ DeviceClass's `extendedResourceName` makes each scheduler create their claims (t
 then bind without any claim). `--rate` works in this mode too (steady arrival). `--shared SHARE`
 puts S8 nodes in place of the D8 (GPUs that allow multiple allocations, memory a consumable
 capacity) and makes that share of the pods (seeded) ask for part of one GPU's memory, sizes
-from the openb GPU-sharing trace (`hack.bench.dra_shares`); the table adds the GPUs each run
-left partly used and whether its claims carry a `shareID` and `consumedCapacity`.
+from the openb GPU-sharing trace or `--share-sizes` (`hack.bench.dra_shares`); the table adds
+the GPUs each run left partly used, the nodes they are on, and whether its claims carry a
+`shareID` and `consumedCapacity`.
 
 Churn, `--lifetime L` (meant with `--rate R`, in either pod set): every pod of a gpu-scheduler or
 kube-scheduler run is deleted (grace 0) L seconds after this process saw it bound, while the
@@ -125,6 +125,7 @@ from hack.bench.dra_shares import (
     SHARE_HEADER,
     DraPods,
     ShareUse,
+    parse_share_sizes,
     share_cells,
     share_requests,
     share_use,
@@ -219,11 +220,18 @@ class Options:
     shared: float = 0.0
     """With `dra`: S8 nodes, and the share of pods asking for part of one GPU's memory
     (`hack.bench.dra_shares`)."""
+    share_sizes: tuple[int, ...] = ()
+    """With `shared`: the sizes (Gi) shares are drawn from; empty: the openb trace's."""
 
     def dra_pods(self) -> DraPods:
         """What each pod of the set asks for in the DRA mode."""
         extended = extended_indices(self.pods, self.dra_extended, self.seed)
-        return DraPods(share_requests(self.pods, self.shared, self.seed), extended)
+        shares = share_requests(self.pods, self.shared, self.seed, self.share_sizes)
+        return DraPods(shares, extended)
+
+    def cluster_nodes(self, count: int) -> list[NodeSpec]:
+        """A cluster's `count` nodes: the seed types, D8 with `dra`, S8 with `shared`."""
+        return dra_node_specs(count, shared=self.shared > 0) if self.dra else node_specs(count)
 
     def sizes(self) -> list[int]:
         """Whole GPUs asked by each pod of the set, in creation order (0 for a share pod)."""
@@ -927,9 +935,7 @@ async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
         api = await api_client_for(str(cluster.kubeconfig))
         try:
             core = client.CoreV1Api(api)
-            specs = node_specs(node_count)
-            if options.dra:
-                specs = dra_node_specs(node_count, shared=options.shared > 0)
+            specs = options.cluster_nodes(node_count)
             started = time.monotonic()
             names = await create_nodes(core, specs, concurrency=64)
             await wait_nodes_ready(core, names, timeout=NODES_READY_TIMEOUT_S)
@@ -989,7 +995,9 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
         nodes = "S8" if options.shared else "D8"
         mix += f", DRA ({nodes} nodes, claims from templates; ceiling binds only)"
     if options.shared:
+        sizes = "/".join(map(str, options.share_sizes)) + "Gi" if options.share_sizes else "openb"
         mix += f", {len(options.dra_pods().shares)} of the pods asking for a share of one GPU"
+        mix += f" ({sizes} sizes)"
     if options.dra and options.dra_extended:
         asking = len(extended_indices(options.pods, options.dra_extended, options.seed))
         mix += f", {asking} of the pods asking for nvidia.com/gpu instead"
@@ -1091,6 +1099,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --dra: S8 nodes, and this share of the pods asks for part of one GPU",
     )
     parser.add_argument(
+        "--share-sizes",
+        default="",
+        metavar="GI,...",
+        help="with --shared: share sizes in Gi, equally likely (default: the openb trace's)",
+    )
+    parser.add_argument(
         "--lifetime",
         type=float,
         default=None,
@@ -1114,6 +1128,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dra-extended is a share from 0 to 1, with --dra")
     if not 0.0 <= args.shared <= 1.0 or (args.shared and (not args.dra or args.dra_extended)):
         parser.error("--shared is a share from 0 to 1, with --dra and without --dra-extended")
+    try:
+        share_sizes = parse_share_sizes(args.share_sizes) if args.share_sizes else ()
+    except ValueError as error:
+        parser.error(f"--share-sizes: {error}")
+    if share_sizes and not args.shared:
+        parser.error("--share-sizes needs --shared")
     if args.lifetime is not None and args.lifetime < 0:
         parser.error("--lifetime must be 0 or more seconds")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
@@ -1133,6 +1153,7 @@ def main(argv: list[str] | None = None) -> int:
         dra=args.dra,
         dra_extended=args.dra_extended,
         shared=args.shared,
+        share_sizes=share_sizes,
         lifetime=args.lifetime,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
@@ -1172,7 +1193,7 @@ def print_pending(results: Sequence[RunResult], options: Options) -> None:
         print(f"\nnodes at the end of each run, {nodes} nodes, {mode}:")
         node_kinds = [
             NodeKind(spec.type_name, spec.gpus, tuple(spec.node_names()))
-            for spec in node_specs(nodes)
+            for spec in options.cluster_nodes(nodes)
         ]
         print("\n".join(occupancy_lines(runs, node_kinds, sizes)))
         print(f"\npending pods, {nodes} nodes, {mode}:")

@@ -16,13 +16,15 @@ used.
 - Share sizes: the gpu_milli distribution of the openb GPU-sharing trace (`OPENB_SHARE_MILLI`),
   as that fraction of an H200's 140Gi, rounded up to whole Gi (`share_gib`): 7Gi to 114Gi, a
   third of them 114Gi (gpu_milli 810) and a quarter 66Gi (470). The trace's fraction is of a
-  GPU as one resource; here it is read as memory.
+  GPU as one resource; here it is read as memory. `--share-sizes 10,20,40,70` draws from the
+  sizes given instead, with equal weights (`parse_share_sizes`).
 - Read back (`Share.of`, `share_use`), from the results of the claims still allocated when a run
   ends: the share pods holding a share; how many of those results carry the `shareID` and the
   `consumedCapacity` (the memory asked) that an allocator with DRAConsumableCapacity writes, so
   that the table shows whether a scheduler allocated shares at all; the GPUs holding at least
-  one share (partly used); and the fewest GPUs those shares could fit on (their memory over
-  140Gi, rounded up).
+  one share (partly used) and the nodes they are on; and, for scale, the GPUs the same shares
+  take packed offline by first-fit decreasing (`first_fit_decreasing`), and the fewest any
+  packing could use (their memory over 140Gi, rounded up).
 """
 
 from __future__ import annotations
@@ -84,15 +86,37 @@ def share_gib(milli: int, whole_gib: int = WHOLE_GIB) -> int:
     return -(-milli * whole_gib // WHOLE_MILLI)
 
 
-def share_requests(count: int, share: float, seed: int) -> dict[int, int]:
+def share_requests(
+    count: int, share: float, seed: int, sizes: Sequence[int] = ()
+) -> dict[int, int]:
     """Pod index -> the Gi of one GPU's memory it asks for, for about `share` of `count` pods,
-    sizes drawn from `OPENB_SHARE_MILLI` (the same for the same arguments)."""
+    sizes drawn from `OPENB_SHARE_MILLI`, or from `sizes` (Gi) with equal weights when given
+    (the same for the same arguments)."""
     rng = np.random.default_rng([seed, SHARE_STREAM])
     chosen = rng.random(count) < share  # chosen: (count,)
-    milli = np.asarray([m for m, _ in OPENB_SHARE_MILLI])  # milli: (values,)
-    weights = np.asarray([n for _, n in OPENB_SHARE_MILLI], dtype=float)  # weights: (values,)
-    drawn = rng.choice(milli, size=count, p=weights / weights.sum())  # drawn: (count,)
-    return {int(i): share_gib(int(drawn[i])) for i in np.flatnonzero(chosen)}
+    if sizes:
+        gib = np.asarray(sizes)  # gib: (values,)
+        weights = np.ones(len(sizes))  # weights: (values,)
+    else:
+        gib = np.asarray([share_gib(m) for m, _ in OPENB_SHARE_MILLI])  # gib: (values,)
+        weights = np.asarray([n for _, n in OPENB_SHARE_MILLI], dtype=float)  # weights: (values,)
+    drawn = rng.choice(gib, size=count, p=weights / weights.sum())  # drawn: (count,)
+    return {int(i): int(drawn[i]) for i in np.flatnonzero(chosen)}
+
+
+def parse_share_sizes(text: str) -> tuple[int, ...]:
+    """`10,20,40` -> (10, 20, 40): share sizes in Gi, each from 1 to `WHOLE_GIB`; raises
+    ValueError naming the first bad item."""
+    sizes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if not item.isdecimal() or not 1 <= int(item) <= WHOLE_GIB:
+            raise ValueError(
+                f"share size {item[:20]!r} is not a whole number of Gi, 1..{WHOLE_GIB}"
+            )
+        sizes.append(int(item))
+    if not sizes:
+        raise ValueError("no share size given")
+    return tuple(sizes)
 
 
 def shared_sizes(sizes: Sequence[int], shares: Mapping[int, int]) -> list[int]:
@@ -191,8 +215,25 @@ class ShareUse:
     memory asked."""
     shared_gpus: int
     """GPUs holding at least one share: partly used."""
+    shared_nodes: int
+    """Nodes (pools) holding at least one share."""
     fewest_gpus: int
-    """The fewest GPUs the shares could fit on: their memory over `WHOLE_GIB`, rounded up."""
+    """No packing of the shares fits on fewer GPUs: their memory over `WHOLE_GIB`, rounded up."""
+    packed_gpus: int
+    """The GPUs the shares take when packed offline, largest first, each into the first GPU
+    with room (`first_fit_decreasing`): a packing any scheduler could reach."""
+
+
+def first_fit_decreasing(shares: Iterable[int], whole: int = WHOLE_GIB) -> int:
+    """Bins of size `whole` that first-fit decreasing packs `shares` into."""
+    free: list[int] = []
+    for share in sorted(shares, reverse=True):
+        room = next((index for index, left in enumerate(free) if left >= share), None)
+        if room is None:
+            free.append(whole - share)
+        else:
+            free[room] -= share
+    return len(free)
 
 
 def share_use(
@@ -211,21 +252,26 @@ def share_use(
     }
     recorded = sum(1 for pod, shares in held.items() if all(s.records(asked[pod]) for s in shares))
     gpus = {(s.pool, s.device) for shares in held.values() for s in shares}
+    memory = [asked[pod] for pod in held]
     return ShareUse(
         share_pods=len(held),
         recorded=recorded,
         shared_gpus=len(gpus),
-        fewest_gpus=math.ceil(sum(asked[pod] for pod in held) / whole_gib),
+        shared_nodes=len({pool for pool, _ in gpus}),
+        fewest_gpus=math.ceil(sum(memory) / whole_gib),
+        packed_gpus=first_fit_decreasing(memory, whole_gib),
     )
 
 
-SHARE_HEADER = f" {'shared GPUs':>13} {'shareIDs':>11}"
+SHARE_HEADER = f" {'shared GPUs (FFD)':>17} {'on nodes':>8} {'shareIDs':>11}"
 
 
 def share_cells(use: ShareUse | None) -> str:
-    """The table's cells for `SHARE_HEADER`: partly used GPUs (at least how many), and the share
-    pods whose results carry a shareID and consumedCapacity, of those holding an allocation."""
+    """The table's cells for `SHARE_HEADER`: partly used GPUs (and how many the shares take
+    packed offline), the nodes they are on, and the share pods whose results carry a shareID
+    and consumedCapacity, of those holding an allocation."""
     if use is None:
-        return f" {'-':>13} {'-':>11}"
-    gpus = f"{use.shared_gpus:,} (>={use.fewest_gpus:,})"
-    return f" {gpus:>13} {f'{use.recorded:,}/{use.share_pods:,}':>11}"
+        return f" {'-':>17} {'-':>8} {'-':>11}"
+    gpus = f"{use.shared_gpus:,} ({use.packed_gpus:,})"
+    ids = f"{use.recorded:,}/{use.share_pods:,}"
+    return f" {gpus:>17} {use.shared_nodes:>8,} {ids:>11}"

@@ -151,5 +151,6 @@ async def test_shared_mode_binds_every_pod_and_both_schedulers_allocate_shares(
         # memory asked, kube-scheduler's too (DRAConsumableCapacity is on in 1.37)
         assert (use.share_pods, use.recorded) == (len(shares), len(shares)), result
         assert use.fewest_gpus == 7
-        assert use.fewest_gpus <= use.shared_gpus <= len(shares), result
+        assert use.fewest_gpus <= use.packed_gpus <= use.shared_gpus <= len(shares), result
+        assert 0 < use.shared_nodes <= SHARED_NODES
     json.dumps([asdict(r) for r in results])

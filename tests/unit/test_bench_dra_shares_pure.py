@@ -20,6 +20,8 @@ from hack.bench.dra_shares import (
     DraPods,
     Share,
     ShareUse,
+    first_fit_decreasing,
+    parse_share_sizes,
     share_cells,
     share_gib,
     share_pod_manifest,
@@ -106,6 +108,9 @@ def test_shared_node_specs_are_s8() -> None:
     assert (spec.type_name, spec.count, spec.shared_gpus, spec.is_dra) == ("x-S8", 5, True, True)
     [plain] = dra_node_specs(5)
     assert (plain.type_name, plain.shared_gpus) == ("D8", False)
+    assert [s.type_name for s in Options(dra=True, shared=0.5).cluster_nodes(5)] == ["S8"]
+    assert [s.type_name for s in Options(dra=True).cluster_nodes(5)] == ["D8"]
+    assert len(Options().cluster_nodes(5)) == 3  # the seed types
 
 
 def result(device: str, share_id: str | None = SHARE_ID, memory: str | None = "10Gi") -> Any:
@@ -142,10 +147,33 @@ def test_share_use_counts_the_gpus_holding_a_share_at_the_end() -> None:
         "w": [result("gpu-5", memory="140Gi")],
     }
     asked = {"a": 10, "b": 114, "c": 66, "d": 66, "e": 7, "f": 10}
-    use = share_use(results, asked, released={"d": 3.0})
-    # 10 + 114 + 66 + 10 = 200 Gi held: at least two GPUs of 140Gi
-    assert use == ShareUse(share_pods=4, recorded=3, shared_gpus=3, fewest_gpus=2)
-    assert share_use({}, asked) == ShareUse(0, 0, 0, 0)
+    results["g"] = [{**result("gpu-0", memory="7Gi"), "pool": "m"}]  # another node's gpu-0
+    use = share_use(results, {**asked, "g": 7}, released={"d": 3.0})
+    # 10 + 114 + 66 + 10 + 7 = 207 Gi held: at least two GPUs of 140Gi, and first-fit
+    # decreasing needs two as well (114 + 10 + 10, 66 + 7)
+    assert use == ShareUse(
+        share_pods=5, recorded=4, shared_gpus=4, shared_nodes=2, fewest_gpus=2, packed_gpus=2
+    )
+    assert share_use({}, asked) == ShareUse(0, 0, 0, 0, 0, 0)
+
+
+def test_first_fit_decreasing_places_the_largest_shares_first() -> None:
+    # in arrival order first fit needs three (70+40, 80, 60+...): largest first needs two
+    assert first_fit_decreasing([70, 40, 80, 60]) == 2
+    assert first_fit_decreasing([114, 114, 26, 30]) == 3
+    assert first_fit_decreasing([]) == 0
+    assert first_fit_decreasing([5, 5, 5], whole=10) == 2
+
+
+def test_share_sizes_given_are_drawn_with_equal_weights() -> None:
+    requests = share_requests(4000, 1.0, seed=0, sizes=(10, 20, 40, 70))
+    counts = Counter(requests.values())
+    assert set(counts) == {10, 20, 40, 70}
+    assert all(850 < n < 1150 for n in counts.values()), counts
+    assert parse_share_sizes("10, 20,40") == (10, 20, 40)
+    for bad in ("", "0", "141", "1.5", "10,x"):
+        with pytest.raises(ValueError, match=r"share size|no share size"):
+            parse_share_sizes(bad)
 
 
 def test_allocated_claims_keep_the_results_as_written() -> None:
@@ -159,7 +187,7 @@ def test_allocated_claims_keep_the_results_as_written() -> None:
     seen.on_add(claim)
     assert seen.results == {"a": tuple(written)}
     assert seen.devices == {"a": (("n", "gpu-1"),)}
-    assert share_use(seen.results, {"a": 7}) == ShareUse(1, 1, 1, 1)
+    assert share_use(seen.results, {"a": 7}) == ShareUse(1, 1, 1, 1, 1, 1)
 
 
 def test_the_table_adds_the_share_columns_in_the_shared_mode(
@@ -169,17 +197,20 @@ def test_the_table_adds_the_share_columns_in_the_shared_mode(
     base = replace(run_result("ceiling", "burst", 300.0, 10.0), nodes=3, cpu_s=None)
     runs = [
         base,
-        replace(base, run="gpu-scheduler", shares=ShareUse(150, 150, 61, 60)),
-        replace(base, run="kube-scheduler", shares=ShareUse(150, 0, 90, 60)),
+        replace(base, run="gpu-scheduler", shares=ShareUse(150, 150, 61, 20, 58, 60)),
+        replace(base, run="kube-scheduler", shares=ShareUse(1500, 0, 1090, 900, 580, 600)),
     ]
     print_table(runs, options)
     lines = capsys.readouterr().out.splitlines()
     shares = len(options.dra_pods().shares)
     assert "S8 nodes" in lines[0] and f"{shares} of the pods asking for a share" in lines[0]
+    assert "(openb sizes)" in lines[0]
     assert lines[1].endswith(SHARE_HEADER)
     assert lines[2].endswith(share_cells(None))
-    assert lines[3].endswith(" 61 (>=60)     150/150")
-    assert lines[4].endswith(" 90 (>=60)       0/150")
+    assert lines[3].endswith("61 (60)       20     150/150")
+    assert lines[4].endswith("1,090 (600)      900     0/1,500")
+    print_table(runs, replace(options, share_sizes=(10, 20)))
+    assert "(10/20Gi sizes)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -188,15 +219,18 @@ def test_the_table_adds_the_share_columns_in_the_shared_mode(
         ["--shared", "0.5"],
         ["--dra", "--shared", "1.5"],
         ["--dra", "--shared", "0.5", "--dra-extended", "0.2"],
+        ["--dra", "--shared", "0.5", "--share-sizes", "10,200"],
+        ["--dra", "--share-sizes", "10"],
     ],
 )
-def test_shared_needs_dra_a_share_and_no_extended_pods(
+def test_shared_needs_dra_a_share_no_extended_pods_and_sizes_in_range(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2
-    assert "--shared is a share from 0 to 1" in capsys.readouterr().err
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert "--shared" in line or "--share-sizes" in line
 
 
 def gpu_milli_counts(name: str) -> Counter[int]:
