@@ -198,6 +198,8 @@ class Options:
     profile: str = ""
     """When set, one more gpu-scheduler run (default settings, burst mode only, label
     "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
+    profile_variant: str = ""
+    """When set, the cprofile run takes the settings of the variant of this label."""
     lifetime: float | None = None
     """Churn: each pod is deleted (grace 0) this many seconds after it was seen bound, while
     the others keep arriving (`hack.bench.churn`); no ceiling run then."""
@@ -940,7 +942,8 @@ async def side_by_side(
             *((label, {}, tree) for label, tree in options.trees),
         ]
         if options.profile and rate is None:
-            gpu_runs.append(("cprofile", {}, ""))
+            profiled = dict(options.variants).get(options.profile_variant, {})
+            gpu_runs.append(("cprofile", profiled, ""))
         tag = f"m{mode_index}"
         if options.lifetime is None:
             results.append(
@@ -1121,6 +1124,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", default="", metavar="FILE", help="one more gpu-scheduler run under cProfile"
     )
     parser.add_argument(
+        "--profile-variant",
+        default="",
+        metavar="LABEL",
+        help="the cprofile run takes the settings of this --variant",
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -1174,6 +1183,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dra and --features are separate pod sets")
     if not 0.0 <= args.dra_extended <= 1.0 or (args.dra_extended and not args.dra):
         parser.error("--dra-extended is a share from 0 to 1, with --dra")
+    labels = [v.partition(":")[0] for v in args.variant]
+    if args.profile_variant and (not args.profile or args.profile_variant not in labels):
+        parser.error("--profile-variant names a --variant's label, with --profile")
     if args.lifetime is not None and args.lifetime < 0:
         parser.error("--lifetime must be 0 or more seconds")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
@@ -1189,6 +1201,7 @@ def main(argv: list[str] | None = None) -> int:
         rates=tuple(float(r) for r in args.rate.split(",") if r.strip()),
         burst=not args.no_burst,
         profile=args.profile,
+        profile_variant=args.profile_variant,
         features=args.features,
         dra=args.dra,
         dra_extended=args.dra_extended,
