@@ -211,6 +211,8 @@ class Options:
     profile: str = ""
     """When set, one more gpu-scheduler run (default settings, burst mode only, label
     "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
+    profile_variant: str = ""
+    """When set, the cprofile run takes the settings of the variant of this label."""
     lifetime: float | None = None
     """Churn: each pod is deleted (grace 0) this many seconds after it was seen bound, while
     the others keep arriving (`hack.bench.churn`); no ceiling run then."""
@@ -872,7 +874,8 @@ async def side_by_side(
             *((label, {}, tree) for label, tree in options.trees),
         ]
         if options.profile and rate is None:
-            gpu_runs.append(("cprofile", {}, ""))
+            profiled = dict(options.variants).get(options.profile_variant, {})
+            gpu_runs.append(("cprofile", profiled, ""))
         tag = f"m{mode_index}"
         if options.lifetime is None:
             results.append(
@@ -1060,6 +1063,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", default="", metavar="FILE", help="one more gpu-scheduler run under cProfile"
     )
     parser.add_argument(
+        "--profile-variant",
+        default="",
+        metavar="LABEL",
+        help="the cprofile run takes the settings of this --variant",
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -1134,6 +1143,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--share-sizes: {error}")
     if share_sizes and not args.shared:
         parser.error("--share-sizes needs --shared")
+    labels = [v.partition(":")[0] for v in args.variant]
+    if args.profile_variant and (not args.profile or args.profile_variant not in labels):
+        parser.error("--profile-variant names a --variant's label, with --profile")
     if args.lifetime is not None and args.lifetime < 0:
         parser.error("--lifetime must be 0 or more seconds")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
@@ -1149,6 +1161,7 @@ def main(argv: list[str] | None = None) -> int:
         rates=tuple(float(r) for r in args.rate.split(",") if r.strip()),
         burst=not args.no_burst,
         profile=args.profile,
+        profile_variant=args.profile_variant,
         features=args.features,
         dra=args.dra,
         dra_extended=args.dra_extended,
