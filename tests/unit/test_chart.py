@@ -385,6 +385,7 @@ def test_the_monitors_scrape_with_the_scrapers_token_over_https(tmp_path: Path) 
     [service_endpoint] = monitor["endpoints"]
     for endpoint in (pod_endpoint, service_endpoint):
         assert endpoint["port"] == "metrics" and endpoint["scheme"] == "https"
+        assert endpoint["honorLabels"] is True  # the pods' `namespace` label, not the target's
         assert endpoint["authorization"] == {
             "type": "Bearer",
             "credentials": {"name": "gpu-scheduler-metrics-scraper-token", "key": "token"},
