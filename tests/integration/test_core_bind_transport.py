@@ -75,6 +75,10 @@ class CuttingProxy:
         assert self.session is not None
         body = await request.read()
         cutting = request.method == "POST" and request.path.endswith("/binding") and not self.cut
+        if cutting:
+            # Recorded before forwarding: once the API server has bound the pod, the test may
+            # see it bound before this request's connection is closed.
+            self.cut.append(request.path)
         if cutting and not self.forward_first:
             return self._cut(request)
         headers = {k: request.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in request.headers}
@@ -103,7 +107,6 @@ class CuttingProxy:
             return response
 
     def _cut(self, request: web.Request) -> web.StreamResponse:
-        self.cut.append(request.path)
         assert request.transport is not None
         request.transport.close()
         return web.Response(status=500)  # never reaches the client: the connection is closed
