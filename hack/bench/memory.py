@@ -2,7 +2,7 @@
 
     python -m hack.bench.memory imports [--tree LABEL:PATH ...] [--top 25] [-o json]
     python -m hack.bench.memory runtime [--nodes 1000] [--pods 1500] [--features] [--seed 0]
-        [--tree LABEL:PATH ...] [--trace-frames 10] [--top 20] [-o json]
+        [--tree LABEL:PATH ...] [--trace-frames 8] [--top 20] [-o json]
 
 `--tree LABEL:PATH` (repeatable) measures the checkout at PATH too (e.g. the tree before a
 change, `git worktree add ../before <commit>`), side by side with this one, in the same run.
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     runtime.add_argument("--pods", type=int, default=1500)
     runtime.add_argument("--features", action="store_true", help="the feature mix")
     runtime.add_argument("--seed", type=int, default=0)
-    runtime.add_argument("--trace-frames", type=int, default=10)
+    runtime.add_argument("--trace-frames", type=int, default=8)
     runtime.add_argument("--top", type=int, default=20, help="allocation sites listed")
     return parser
 

@@ -31,6 +31,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -167,20 +168,90 @@ def metered_imports() -> dict[str, Any]:
     }
 
 
-def status_mib(field_name: str, pid: int | str = "self") -> float:
-    """A memory field of /proc/<pid>/status (VmRSS, VmHWM), in MiB."""
-    with open(f"/proc/{pid}/status") as status:
+def status_value(field_name: str) -> int:
+    """A number of /proc/self/status (VmRSS and VmHWM in KiB, Threads)."""
+    with open("/proc/self/status") as status:
         for line in status:
             if line.startswith(f"{field_name}:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field_name} in /proc/{pid}/status")
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field_name} in /proc/self/status")
+
+
+PYMALLOC_FIELDS = {
+    "# arenas allocated current": "arenas",
+    "# bytes in allocated blocks": "in_use",
+    "# bytes in available blocks": "free_in_pools",
+}
+"""Lines of `sys._debugmallocstats()` kept by `pymalloc_stats`, and their keys."""
+
+
+def pymalloc_stats() -> dict[str, int]:
+    """Python's small-object allocator (objects of 512 bytes and less): arenas held (1 MiB each
+    on 64-bit Linux), bytes in live blocks, and bytes free inside pools in use. Read from
+    `sys._debugmallocstats()`, which writes to the C-level stderr."""
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    stats: dict[str, int] = {}
+    for line in text.splitlines():
+        label, _, value = line.partition("=")
+        key = PYMALLOC_FIELDS.get(label.strip())
+        if key is not None:
+            stats[key] = int(value.strip().replace(",", ""))
+    return stats
+
+
+MALLINFO2_FIELDS = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
+"""struct mallinfo2 (malloc.h), in order."""
+
+
+def glibc_stats() -> dict[str, int]:
+    """glibc's malloc, over all its arenas (mallinfo2, glibc >= 2.33): heap bytes obtained with
+    brk/arenas, of them in use and free, and bytes in blocks it mmapped on their own (large
+    allocations). Empty when the C library has no mallinfo2."""
+    import ctypes  # here, not at the top: the measured imports must not include it
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in MALLINFO2_FIELDS]
+
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        return {}
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return {
+        "heap": info.arena,
+        "in_use": info.uordblks,
+        "free": info.fordblks,
+        "mmapped": info.hblkhd,
+    }
 
 
 @dataclass
 class PhaseRecorder:
     """Writes this process's memory at each phase of `PHASES` to the JSON `report`: VmRSS,
-    VmHWM and, while tracemalloc traces, the traced memory and the path of a snapshot dumped
-    next to the report. `on_signal` (a SIGUSR1 handler) records the next phase."""
+    VmHWM, threads, the allocators' own figures (`pymalloc_stats`, `glibc_stats`, in bytes)
+    and, while tracemalloc traces, the traced memory and the path of a snapshot dumped next to
+    the report. `on_signal` (a SIGUSR1 handler) records the next phase."""
 
     report: Path
     phases: list[dict[str, Any]] = field(default_factory=list)
@@ -188,8 +259,11 @@ class PhaseRecorder:
     def record(self, name: str) -> None:
         entry: dict[str, Any] = {
             "phase": name,
-            "rss_mib": status_mib("VmRSS"),
-            "hwm_mib": status_mib("VmHWM"),
+            "rss_mib": status_value("VmRSS") / 1024,
+            "hwm_mib": status_value("VmHWM") / 1024,
+            "threads": status_value("Threads"),
+            "pymalloc": pymalloc_stats(),
+            "glibc": glibc_stats(),
             "snapshot": None,
         }
         if tracemalloc.is_tracing():

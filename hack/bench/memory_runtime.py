@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ from topology.domains import NodeTopology
 SCHEDULER_NAME = "gpu-scheduler"
 READY_TIMEOUT_S = 600.0
 """Seconds the daemon may take to answer /readyz (slow when traced)."""
+TRACED_SETTLE_S = 120.0
+"""A traced daemon schedules ten times slower or more: its run ends only after this long without
+a binding (the benchmark's 15 s would cut it short)."""
 REPORT_WAIT_S = 600.0
 """Seconds the daemon may take to write a phase (a traced snapshot takes a while)."""
 MIB = 1024 * 1024
@@ -130,6 +133,8 @@ async def measure_daemon(
     names its namespace and files in `work`."""
     label, tree, trace_frames = run
     report = work / f"{slug}.json"
+    if trace_frames:
+        options = replace(options, settle_s=max(options.settle_s, TRACED_SETTLE_S))
     component = start_measured_daemon(cluster, tree, report, trace_frames, slug)
     try:
         pid = int(component.process.pid)
@@ -188,18 +193,30 @@ async def measure_runtime(
             await api.close()
 
 
+def phase_cells(entry: dict[str, Any]) -> str:
+    """One phase's figures in MiB, as `print_runtime`'s table shows them."""
+    pymalloc, glibc = entry["pymalloc"], entry["glibc"]
+    arenas = f"{pymalloc['arenas']:.0f} ({pymalloc['in_use'] / MIB:.1f})"
+    heap = f"{glibc['heap'] / MIB:.1f} ({glibc['in_use'] / MIB:.1f})" if glibc else "-"
+    mmapped = f"{glibc['mmapped'] / MIB:.1f}" if glibc else "-"
+    traced = f"{entry['traced_mib']:.1f}" if "traced_mib" in entry else "-"
+    return (
+        f"{entry['rss_mib']:>6.1f} {entry['hwm_mib']:>6.1f} {entry['threads']:>7} "
+        f"{arenas:>17} {heap:>20} {mmapped:>7} {traced:>6}"
+    )
+
+
 def print_runtime(runs: Sequence[DaemonRun], nodes: int, options: Options, top: int) -> None:
     pods = "the feature mix" if options.features else "plain GPU pods"
-    print(f"{nodes} kwok nodes, {options.pods} pods of {pods}, seed {options.seed}")
-    print(f"{'run':<22} {'phase':<10} {'VmRSS MiB':>10} {'VmHWM MiB':>10} {'traced MiB':>11}")
+    print(f"{nodes} kwok nodes, {options.pods} pods of {pods}, seed {options.seed}; MiB")
+    print(
+        f"{'run':<20} {'phase':<9} {'VmRSS':>6} {'VmHWM':>6} {'threads':>7} "
+        f"{'pymalloc (in use)':>17} {'malloc heap (in use)':>20} {'mmapped':>7} {'traced':>6}"
+    )
     for run in runs:
         label = f"{run.label} (traced)" if run.traced else run.label
         for entry in run.phases:
-            traced = f"{entry['traced_mib']:.1f}" if "traced_mib" in entry else "-"
-            print(
-                f"{label:<22} {entry['phase']:<10} {entry['rss_mib']:>10.1f} "
-                f"{entry['hwm_mib']:>10.1f} {traced:>11}"
-            )
+            print(f"{label:<20} {entry['phase']:<9} {phase_cells(entry)}")
         result = run.result
         cpu = result.cpu_s_per_1000_pods
         print(
