@@ -168,6 +168,17 @@ def metered_imports() -> dict[str, Any]:
     }
 
 
+def open_sockets() -> int:
+    """Sockets this process holds open (each TLS connection to the API server is one)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            continue  # closed meanwhile
+    return count
+
+
 def status_value(field_name: str) -> int:
     """A number of /proc/self/status (VmRSS and VmHWM in KiB, Threads)."""
     with open("/proc/self/status") as status:
@@ -249,9 +260,10 @@ def glibc_stats() -> dict[str, int]:
 @dataclass
 class PhaseRecorder:
     """Writes this process's memory at each phase of `PHASES` to the JSON `report`: VmRSS,
-    VmHWM, threads, the allocators' own figures (`pymalloc_stats`, `glibc_stats`, in bytes)
-    and, while tracemalloc traces, the traced memory and the path of a snapshot dumped next to
-    the report. `on_signal` (a SIGUSR1 handler) records the next phase."""
+    VmHWM, threads, open sockets, the allocators' own figures (`pymalloc_stats`,
+    `glibc_stats`, in bytes) and, while tracemalloc traces, the traced memory and the path of a
+    snapshot dumped next to the report. `on_signal` (a SIGUSR1 handler) records the next
+    phase."""
 
     report: Path
     phases: list[dict[str, Any]] = field(default_factory=list)
@@ -262,6 +274,7 @@ class PhaseRecorder:
             "rss_mib": status_value("VmRSS") / 1024,
             "hwm_mib": status_value("VmHWM") / 1024,
             "threads": status_value("Threads"),
+            "sockets": open_sockets(),
             "pymalloc": pymalloc_stats(),
             "glibc": glibc_stats(),
             "snapshot": None,

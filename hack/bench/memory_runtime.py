@@ -196,12 +196,14 @@ async def measure_runtime(
 def phase_cells(entry: dict[str, Any]) -> str:
     """One phase's figures in MiB, as `print_runtime`'s table shows them."""
     pymalloc, glibc = entry["pymalloc"], entry["glibc"]
-    arenas = f"{pymalloc['arenas']:.0f} ({pymalloc['in_use'] / MIB:.1f})"
+    # tracemalloc hooks the allocators: a traced process has no pymalloc figures
+    arenas = f"{pymalloc['arenas']:.0f} ({pymalloc['in_use'] / MIB:.1f})" if pymalloc else "-"
     heap = f"{glibc['heap'] / MIB:.1f} ({glibc['in_use'] / MIB:.1f})" if glibc else "-"
     mmapped = f"{glibc['mmapped'] / MIB:.1f}" if glibc else "-"
     traced = f"{entry['traced_mib']:.1f}" if "traced_mib" in entry else "-"
     return (
         f"{entry['rss_mib']:>6.1f} {entry['hwm_mib']:>6.1f} {entry['threads']:>7} "
+        f"{entry['sockets']:>7} "
         f"{arenas:>17} {heap:>20} {mmapped:>7} {traced:>6}"
     )
 
@@ -210,7 +212,7 @@ def print_runtime(runs: Sequence[DaemonRun], nodes: int, options: Options, top: 
     pods = "the feature mix" if options.features else "plain GPU pods"
     print(f"{nodes} kwok nodes, {options.pods} pods of {pods}, seed {options.seed}; MiB")
     print(
-        f"{'run':<20} {'phase':<9} {'VmRSS':>6} {'VmHWM':>6} {'threads':>7} "
+        f"{'run':<20} {'phase':<9} {'VmRSS':>6} {'VmHWM':>6} {'threads':>7} {'sockets':>7} "
         f"{'pymalloc (in use)':>17} {'malloc heap (in use)':>20} {'mmapped':>7} {'traced':>6}"
     )
     for run in runs:

@@ -23,6 +23,7 @@ from hack.bench.memory_imports import (
     importtime_by_package,
     package_of,
 )
+from hack.bench.memory_runtime import phase_cells
 from hack.bench.memory_sites import NO_PROJECT_FRAME, Site, growth, module_of, short_path
 
 GROWTH = {"fakepkg": 1000, "fakepkg.a": 200, "fakepkg.b": 30, "fakepkg.b.c": 4, "otherpkg": 50000}
@@ -240,3 +241,26 @@ def test_the_imports_of_this_checkout_are_measured_in_a_fresh_interpreter() -> N
     assert {"numpy", "aiohttp", "scheduler.kube"} <= packages
     assert not packages & {"cel_expr_python", "kopf", "cryptography"}
     assert any(cost["package"] == "scheduler.model" for cost in report["importtime"])
+
+
+def test_a_traced_phase_prints_without_pymalloc_figures() -> None:
+    entry = {"rss_mib": 2.0, "hwm_mib": 3.0, "threads": 1, "sockets": 4, "pymalloc": {}}
+    traced = phase_cells({**entry, "glibc": {}, "traced_mib": 1.5}).split()
+    assert traced == ["2.0", "3.0", "1", "4", "-", "-", "-", "1.5"]
+    plain = {
+        **entry,
+        "pymalloc": {"arenas": 30, "in_use": 28 * 2**20},
+        "glibc": {"heap": 16 * 2**20, "in_use": 15 * 2**20, "mmapped": 2**20},
+    }
+    assert phase_cells(plain).split() == [
+        "2.0",
+        "3.0",
+        "1",
+        "4",
+        "30",
+        "(28.0)",
+        "16.0",
+        "(15.0)",
+        "1.0",
+        "-",
+    ]
