@@ -85,7 +85,8 @@ from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer, InformerOptions
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.kube.podgroups import list_pod_groups
-from scheduler.model.objects import PodInfo, trim_node, trim_pod
+from scheduler.model.objects import PodInfo
+from scheduler.model.stored import trim_node, trim_pod
 from scheduler.model.volumes import ClaimHandler, ClassHandler, VolumeHandler
 from scheduler.postfilter.gang_reclaim import GangReclaimer
 from scheduler.postfilter.nominated_node import NominatedNode
