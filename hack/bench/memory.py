@@ -11,10 +11,11 @@ PYTHONPATH naming the measured checkout (its `scheduler` is imported).
 
 `imports`: a fresh interpreter per checkout imports what `gpu-scheduler run` imports before it
 reads any object, in the daemon's order (`memory_child.DAEMON_IMPORT_STEPS`), and reports its
-resident set (VmRSS) after each step; then, for this checkout, the growth split by package
-(exclusive cost of every module loaded, summed by `memory_imports.package_of`, each package with
-the module that first asked for it), and the import time per package from a second fresh
-interpreter under `python -X importtime` (CPU time, beside the memory).
+resident set (VmRSS) after each step and the growth split by package (exclusive cost of every
+module loaded, summed by `memory_imports.package_of`; for this checkout, the module that first
+asked for each package). A second fresh interpreter per checkout runs the same steps under
+`python -X importtime`: import time (CPU, beside the memory), in all and, for this checkout, by
+package.
 
 `runtime`: a local cluster (`hack.localcluster`: etcd, kube-apiserver, kube-controller-manager,
 kwok; no kube-scheduler, no Prometheus) with `--nodes` kwok nodes of the three seed types, as the
@@ -98,21 +99,25 @@ def measure_imports(trees: Sequence[tuple[str, Path]]) -> dict[str, Any]:
             env=child_env(tree),
         )
         document = json.loads(measured.stdout)
-        report["trees"].append({"label": label, **document, "modules": len(document["costs"])})
-    costs = [ImportCost(**cost) for cost in report["trees"][0].pop("costs")]
-    for tree_report in report["trees"][1:]:
-        del tree_report["costs"]
-    report["packages"] = [asdict(cost) for cost in by_package(costs)]
-    label, tree = trees[0]
-    timed = subprocess.run(
-        child_process(tree, "imports", "--no-meter", python_options=("-X", "importtime")),
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tree,
-        env=child_env(tree),
-    )
-    report["importtime"] = [asdict(cost) for cost in importtime_by_package(timed.stderr)]
+        costs = [ImportCost(**cost) for cost in document.pop("costs")]
+        report["trees"].append(
+            {
+                "label": label,
+                **document,
+                "modules": len(costs),
+                "packages": [asdict(cost) for cost in by_package(costs)],
+            }
+        )
+    for tree_report, (_, tree) in zip(report["trees"], trees, strict=True):
+        timed = subprocess.run(
+            child_process(tree, "imports", "--no-meter", python_options=("-X", "importtime")),
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tree,
+            env=child_env(tree),
+        )
+        tree_report["importtime"] = [asdict(c) for c in importtime_by_package(timed.stderr)]
     return report
 
 
@@ -126,16 +131,34 @@ def print_imports(report: dict[str, Any], top: int) -> None:
         for step in tree["steps"]:
             print(f"  {step['step']:<36} {step['rss'] / MIB:>8.1f} {step['growth'] / MIB:>+8.1f}")
     first = report["trees"][0]
-    total = sum(step["growth"] for step in first["steps"])
-    print(f"\n{first['label']}: import growth by package ({total / MIB:.1f} MiB):")
-    print(f"{'package':<32} {'MiB':>7} {'modules':>8}  first imported by")
-    for cost in report["packages"][:top]:
-        print(
-            f"{cost['package']:<32} {cost['exclusive'] / MIB:>7.2f} {cost['modules']:>8}  "
-            f"{cost['first_importer'] or '-'}"
-        )
-    print(f"\n{first['label']}: import time by package (python -X importtime, self times):")
-    for cost in report["importtime"][:top]:
+    labels = [tree["label"] for tree in report["trees"]]
+    by_label = {
+        tree["label"]: {cost["package"]: cost for cost in tree["packages"]}
+        for tree in report["trees"]
+    }
+    largest = sorted(
+        {package for costs in by_label.values() for package in costs},
+        key=lambda package: (
+            -max(c[package]["exclusive"] for c in by_label.values() if package in c)
+        ),
+    )
+    print("\nimport growth by package, MiB (modules):")
+    print(f"{'package':<32} " + " ".join(f"{label:>18}" for label in labels))
+    for package in largest[:top]:
+        cells = []
+        for label in labels:
+            cost = by_label[label].get(package)
+            cells.append(f"{cost['exclusive'] / MIB:.2f} ({cost['modules']})" if cost else "-")
+        print(f"{package:<32} " + " ".join(f"{cell:>18}" for cell in cells))
+    print(f"\n{first['label']}: who first imported each package:")
+    for cost in first["packages"][:top]:
+        print(f"{cost['package']:<32} {cost['first_importer'] or '-'}")
+    print("\nimport time (python -X importtime, self times summed):")
+    for tree in report["trees"]:
+        total = sum(cost["self_us"] for cost in tree["importtime"]) / 1000
+        print(f"  {tree['label']}: {total:.0f} ms")
+    print(f"\n{first['label']}: import time by package:")
+    for cost in first["importtime"][:top]:
         print(f"{cost['package']:<32} {cost['self_us'] / 1000:>7.1f} ms {cost['modules']:>6}")
 
 
