@@ -34,13 +34,18 @@ from hack.bench.control_plane import (
 from hack.bench.memory import child_env, child_process
 from hack.bench.memory_child import PHASES
 from hack.bench.memory_sites import GROUPINGS, Site, growth, snapshot_groupings
-from hack.localcluster import ClusterConfig, LocalCluster, create_nodes, wait_nodes_ready
+from hack.localcluster import (
+    ClusterConfig,
+    LocalCluster,
+    NodeSpec,
+    create_nodes,
+    wait_nodes_ready,
+)
 from hack.localcluster.cluster import free_port, http_ok
 from hack.localcluster.processes import Component
 from scheduler.kube.client import api_client_for
 from topology.domains import NodeTopology
 
-SCHEDULER_NAME = "gpu-scheduler"
 READY_TIMEOUT_S = 600.0
 """Seconds the daemon may take to answer /readyz (slow when traced)."""
 TRACED_SETTLE_S = 120.0
@@ -91,14 +96,15 @@ class DaemonRun:
 
 
 def start_measured_daemon(
-    cluster: LocalCluster, tree: Path, report: Path, trace_frames: int, slug: str
+    cluster: LocalCluster, tree: Path, report: Path, trace_frames: int, scheduler_name: str
 ) -> Component:
     """`memory_child.py daemon` running `gpu-scheduler run` of the checkout at `tree` against
-    `cluster` (leader election off, default settings), once it answers /readyz."""
+    `cluster` as `scheduler_name` (leader election off, other settings at their defaults), once
+    it answers /readyz."""
     port = free_port()
     config = report.with_suffix(".yaml")
     settings = {
-        "schedulerName": SCHEDULER_NAME,
+        "schedulerName": scheduler_name,
         "leaderElection": {"enabled": False},
         "metricsAddress": f"127.0.0.1:{port}",
     }
@@ -112,8 +118,9 @@ def start_measured_daemon(
         f"--config={config}",
         f"--kubeconfig={cluster.kubeconfig}",
     )
-    env = {**child_env(tree), "POD_NAME": SCHEDULER_NAME}
-    component = cluster.processes.start(f"{SCHEDULER_NAME}-{slug}", argv, env=env, cwd=tree)
+    env = {**child_env(tree), "POD_NAME": scheduler_name}
+    name = f"{scheduler_name}-{report.stem}"
+    component = cluster.processes.start(name, argv, env=env, cwd=tree)
     cluster.processes.wait_ready(
         component, lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), READY_TIMEOUT_S
     )
@@ -135,7 +142,9 @@ async def measure_daemon(
     report = work / f"{slug}.json"
     if trace_frames:
         options = replace(options, settle_s=max(options.settle_s, TRACED_SETTLE_S))
-    component = start_measured_daemon(cluster, tree, report, trace_frames, slug)
+    component = start_measured_daemon(
+        cluster, tree, report, trace_frames, options.gpu_scheduler_name
+    )
     try:
         pid = int(component.process.pid)
         os.kill(pid, signal.SIGUSR1)
@@ -143,7 +152,7 @@ async def measure_daemon(
         result = await run_pods(
             api,
             label,
-            SCHEDULER_NAME,
+            options.gpu_scheduler_name,
             pod_sizes(options.pods, options.seed, options.mix),
             topologies,
             options,
@@ -166,13 +175,30 @@ async def measure_daemon(
     return measured
 
 
+async def measure_daemons(
+    cluster: LocalCluster,
+    api: client.ApiClient,
+    specs: Sequence[NodeSpec],
+    options: Options,
+    runs: Sequence[tuple[str, Path, int]],
+) -> list[DaemonRun]:
+    """Each of `runs` (label, checkout, trace frames) one after the other on the Ready nodes of
+    `specs`, in namespaces named after `options.namespace_prefix`."""
+    topologies = topologies_of(specs)
+    with tempfile.TemporaryDirectory() as scratch:
+        return [
+            await measure_daemon(cluster, api, options, topologies, run, f"run{i}", Path(scratch))
+            for i, run in enumerate(runs)
+        ]
+
+
 async def measure_runtime(
     nodes: int, options: Options, runs: Sequence[tuple[str, Path, int]]
 ) -> tuple[float, list[DaemonRun]]:
-    """A fresh cluster of `nodes` kwok nodes, and each of `runs` (label, checkout, trace
-    frames) one after the other; also the seconds the nodes took to be Ready."""
+    """A fresh cluster of `nodes` kwok nodes and `measure_daemons` on it; also the seconds the
+    nodes took to be Ready."""
     config = ClusterConfig(prometheus=False, fake_dcgm=False, kube_scheduler=False)
-    with LocalCluster(config) as cluster, tempfile.TemporaryDirectory() as scratch:
+    with LocalCluster(config) as cluster:
         api = await api_client_for(str(cluster.kubeconfig))
         try:
             core = client.CoreV1Api(api)
@@ -181,14 +207,7 @@ async def measure_runtime(
             names = await create_nodes(core, specs, concurrency=64)
             await wait_nodes_ready(core, names, timeout=NODES_READY_TIMEOUT_S)
             ready_s = time.monotonic() - started
-            topologies = topologies_of(specs)
-            measured = [
-                await measure_daemon(
-                    cluster, api, options, topologies, run, f"run{index}", Path(scratch)
-                )
-                for index, run in enumerate(runs)
-            ]
-            return ready_s, measured
+            return ready_s, await measure_daemons(cluster, api, specs, options, runs)
         finally:
             await api.close()
 
