@@ -33,6 +33,12 @@
 #
 #   $GPU_SCHEDULER_CACHE/bin/celcheck-<hash>/celcheck
 #
+# With --helm it builds Helm (helm.sh/helm/v4/cmd/helm; its go.mod has no replaces), which the
+# chart's tests run (charts/gpu-scheduler, tests/unit/test_chart*.py and
+# tests/integration/test_helm*.py):
+#
+#   $GPU_SCHEDULER_CACHE/bin/helm-<v>/helm
+#
 # GPU_SCHEDULER_CACHE defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler. A component is
 # rebuilt only when one of its binaries is missing; a build lands in a temporary folder first and is
 # moved into place whole, so an interrupted build never leaves a half-filled version folder.
@@ -46,18 +52,21 @@
 # everything go prints goes to $GPU_SCHEDULER_CACHE/build/build.log instead, and its last lines are
 # printed only when a step fails. Prints the cache folder of each component on the last lines of
 # stdout: KUBERNETES_BIN=..., ETCD_BIN=..., KWOK_BIN=... (and KUBERNETES_NODE_BIN=...,
-# NODE_IMAGES_BIN=..., DRA_DRIVER_BIN=..., CONTAINERD_BIN=... with --node, KUEUE_BIN=... with --kueue, CELCHECK_BIN=... with --celcheck)
+# NODE_IMAGES_BIN=..., DRA_DRIVER_BIN=..., CONTAINERD_BIN=... with --node, KUEUE_BIN=... with --kueue, CELCHECK_BIN=... with --celcheck,
+# HELM_BIN=... with --helm)
 set -euo pipefail
 
 real_node="${GPU_SCHEDULER_REAL_NODE:-0}"
 kueue="${GPU_SCHEDULER_KUEUE:-0}"
 celcheck=0
+helm=0
 for arg in "$@"; do
   case "$arg" in
     --node) real_node=1 ;;
     --kueue) kueue=1 ;;
     --celcheck) celcheck=1 ;;
-    *) printf 'usage: %s [--node] [--kueue] [--celcheck]\n' "$0" >&2; exit 2 ;;
+    --helm) helm=1 ;;
+    *) printf 'usage: %s [--node] [--kueue] [--celcheck] [--helm]\n' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -304,6 +313,24 @@ build_celcheck() {
   done_in "$started" "$out"
 }
 
+# Helm's command from its published module, stamped with its version as Helm's Makefile does
+# (internal/version: version, and no "unreleased" metadata for a tag).
+build_helm() {
+  local version="$HELM_VERSION"
+  local out="$cache/bin/helm-$version"
+  if have_all "$out" helm; then log "helm $version: cached in $out"; return; fi
+  local started=$SECONDS
+  local tmp="$out.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  begin "helm $version"
+  local pkg=helm.sh/helm/v4/internal/version
+  GOBIN="$tmp" quiet "helm $version: compiling" go install -trimpath \
+    -ldflags "-s -w -X $pkg.version=$version -X $pkg.metadata= -X $pkg.gitTreeState=clean" \
+    "helm.sh/helm/v4/cmd/helm@$version"
+  rm -rf "$out" && mv "$tmp" "$out"
+  done_in "$started" "$out"
+}
+
 command -v go >/dev/null || { log "go is not installed; install Go >= 1.26 first"; exit 1; }
 total=$SECONDS
 if ! have_all "$cache/bin/kubernetes-$KUBERNETES_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubectl \
@@ -325,6 +352,9 @@ fi
 if [[ "$celcheck" == 1 ]]; then
   build_celcheck
 fi
+if [[ "$helm" == 1 ]]; then
+  build_helm
+fi
 log "all binaries ready in $((SECONDS - total)) s"
 echo "KUBERNETES_BIN=$cache/bin/kubernetes-$KUBERNETES_VERSION"
 echo "ETCD_BIN=$cache/bin/etcd-$ETCD_VERSION"
@@ -340,4 +370,7 @@ if [[ "$kueue" == 1 ]]; then
 fi
 if [[ "$celcheck" == 1 ]]; then
   echo "CELCHECK_BIN=$CELCHECK_OUT"
+fi
+if [[ "$helm" == 1 ]]; then
+  echo "HELM_BIN=$cache/bin/helm-$HELM_VERSION"
 fi

@@ -7,8 +7,8 @@
 #      shell lint (tests/unit/test_shellcheck.py): `shellcheck`,
 #   2. the virtualenv .venv with the project and its test extra (re-installed when pyproject.toml changes),
 #   3. the Go-built control plane binaries (hack/build-binaries.sh; cached outside the repository;
-#      the real node's kubelet, kube-proxy, containerd 2 and DRA test driver, and Kueue, are built
-#      when a test first starts them: `hack/build-binaries.sh --node` / `--kueue`).
+#      the real node's kubelet, kube-proxy, containerd 2 and DRA test driver, Kueue and Helm are
+#      built when a test first needs them: `hack/build-binaries.sh --node` / `--kueue` / `--helm`).
 # Needs: Python >= 3.11, Go >= 1.26 (Kubernetes v1.37 needs it), and a Debian-like system for apt-get.
 set -euo pipefail
 

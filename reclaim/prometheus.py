@@ -226,6 +226,9 @@ class PrometheusClient:
         self._endpoint = base.with_path(base.path.rstrip("/") + "/" + QUERY_PATH)
         self._range_endpoint = base.with_path(base.path.rstrip("/") + "/" + RANGE_QUERY_PATH)
         self.url = str(self._endpoint.with_user(None))
+        """The instant-query endpoint without credentials, as errors name it."""
+        self.range_url = str(self._range_endpoint.with_user(None))
+        """The range-query endpoint without credentials, as errors of `query_range` name it."""
         """The query endpoint, without credentials; errors name it."""
         self._session = session
         self._owns_session = session is None
@@ -256,7 +259,7 @@ class PrometheusClient:
         Raises PrometheusUnavailable (no answer within `timeout_s`, connection failed) or
         PrometheusError (HTTP >= 400, ``"status": "error"``, anything but a vector).
         """
-        status, text = await self._post(self._endpoint, {"query": promql})
+        status, text = await self._post(self._endpoint, self.url, {"query": promql})
         return self._vector(status, text)
 
     async def query_range(
@@ -271,16 +274,21 @@ class PrometheusClient:
             "end": f"{end:.3f}",
             "step": f"{step_s:g}",
         }
-        status, text = await self._post(self._range_endpoint, form)
+        status, text = await self._post(self._range_endpoint, self.range_url, form)
         try:
-            return [_range_series(element) for element in self._result(status, text, "matrix")]
+            matrix = self._result(status, text, "matrix", self.range_url)
+            return [_range_series(element) for element in matrix]
         except (KeyError, IndexError, TypeError, ValueError, OverflowError) as error:
             raise PrometheusError(
-                self.url, status, "bad_response", f"malformed matrix ({_excerpt(repr(error))})"
+                self.range_url,
+                status,
+                "bad_response",
+                f"malformed matrix ({_excerpt(repr(error))})",
             ) from error
 
-    async def _post(self, endpoint: URL, form: Mapping[str, str]) -> tuple[int, str]:
-        """POST `form` (and the query timeout) to `endpoint`: (HTTP status, body text)."""
+    async def _post(self, endpoint: URL, where: str, form: Mapping[str, str]) -> tuple[int, str]:
+        """POST `form` (and the query timeout) to `endpoint`: (HTTP status, body text); errors
+        name `where` (the endpoint without credentials)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(trace_configs=self.trace_configs)
         form = {**form, "timeout": f"{self.timeout_s:g}"}  # seconds, as a float
@@ -290,18 +298,16 @@ class PrometheusClient:
                 status = response.status
                 text = await response.text(errors="replace")
         except TimeoutError as error:
-            raise PrometheusUnavailable(
-                self.url, f"no answer within {self.timeout_s:g} s"
-            ) from error
+            raise PrometheusUnavailable(where, f"no answer within {self.timeout_s:g} s") from error
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
-            raise PrometheusUnavailable(self.url, f"connection failed: {error}") from error
+            raise PrometheusUnavailable(where, f"connection failed: {error}") from error
         except aiohttp.ClientError as error:
-            raise PrometheusError(self.url, 0, "client_error", str(error)) from error
+            raise PrometheusError(where, 0, "client_error", str(error)) from error
         return status, text
 
     def _vector(self, status: int, text: str) -> list[Sample]:
         try:
-            return [_sample(element) for element in self._result(status, text, "vector")]
+            return [_sample(element) for element in self._result(status, text, "vector", self.url)]
         except (KeyError, IndexError, TypeError, ValueError, OverflowError) as error:
             raise PrometheusError(
                 self.url,
@@ -310,27 +316,27 @@ class PrometheusClient:
                 f"malformed vector element ({_excerpt(repr(error))})",
             ) from error
 
-    def _result(self, status: int, text: str, result_type: str) -> list[Any]:
+    def _result(self, status: int, text: str, result_type: str, where: str) -> list[Any]:
         """The `result` list of a successful answer of `result_type` ("vector" or "matrix");
-        PrometheusError for an error answer or any other shape."""
+        PrometheusError naming `where` for an error answer or any other shape."""
         body = _json_object(text)
         if body is not None and body.get("status") == "error":
             raise PrometheusError(
-                self.url,
+                where,
                 status,
                 _excerpt(str(body.get("errorType") or "unknown")),
                 _excerpt(str(body.get("error") or "")),
             )
         if status >= 400 or body is None:
-            raise PrometheusError(self.url, status, "bad_response", _excerpt(text))
+            raise PrometheusError(where, status, "bad_response", _excerpt(text))
         data = body.get("data")
         if body.get("status") != "success" or not isinstance(data, dict):
-            raise PrometheusError(self.url, status, "bad_response", _excerpt(text))
+            raise PrometheusError(where, status, "bad_response", _excerpt(text))
         result = data.get("result")
         if data.get("resultType") != result_type or not isinstance(result, list):
             expected = "an instant vector" if result_type == "vector" else f"a {result_type}"
             raise PrometheusError(
-                self.url, status, "bad_response", f"not {expected}: {_excerpt(text)}"
+                where, status, "bad_response", f"not {expected}: {_excerpt(text)}"
             )
         return result
 

@@ -419,8 +419,10 @@ class Daemon:
         for reading in readings:
             self.metrics_registry.register(reading)
         queries = query_histogram(self.metrics_registry)
-        if isinstance(self.usage, PrometheusClient):
-            self.usage.trace_configs.append(query_timing(queries))
+        tracker = self.allocation.prometheus if self.allocation is not None else None
+        for source in (self.usage, tracker):  # each has its own session
+            if isinstance(source, PrometheusClient):
+                source.trace_configs.append(query_timing(queries))
 
     # -- run -----------------------------------------------------------------------------------
 

@@ -35,14 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from hack.bench.control_plane import (
-    feature_kinds,
-    node_specs,
-    pod_manifest,
-    pod_name,
-    pod_sizes,
-    with_features,
-)
+from hack.bench.control_plane import node_specs, pod_manifest, pod_name, pod_sizes
+from hack.bench.feature_workload import feature_kinds, with_features
 from hack.localcluster.nodes import node_manifest
 from scheduler.config import SchedulerConfig
 from scheduler.core.profile import default_framework

@@ -2,8 +2,8 @@
 
     python -m hack.bench.control_plane [--nodes 1000,5000] [--pods 5000] [--qps 400] [--seed 0]
         [--rate 50,100] [--lifetime SECONDS] [--no-burst] [--variant LABEL:KEY=VALUE,...]
-        [--tree LABEL:PATH] [--features | --dra [--dra-extended SHARE]] [--settle-seconds 15]
-        [-o json]
+        [--tree LABEL:PATH] [--settle-seconds 15] [-o json]
+        [--features | --dra [--dra-extended SHARE | --shared SHARE [--share-sizes GI,...]]]
 
 For each node count: one local cluster (etcd, kube-apiserver, kube-controller-manager, kwok,
 kube-scheduler; no Prometheus, no fake exporter) holding that many kwok nodes of the three seed
@@ -30,13 +30,13 @@ Modes: burst (every pod created at once, `--create-concurrency` requests at a ti
 each `--rate`, a steady arrival of that many pod creations a second, so that latency is also
 measured below the ceiling, where a scheduler is not saturated. Each mode repeats the three runs.
 
-With `--features` the pod set is the feature mix instead (`feature_kinds`, seeded; the same GPU
-sizes): 30 % plain pods, 15 % with preferred and 15 % with required pod affinity to their group
-(label `bench.gpu-scheduler.io/app=g<i mod 10>`, topology key the node type), 20 % with a
-topology spread over their group (maxSkew 2, half DoNotSchedule, half ScheduleAnyway), 20 % gang
-members (4 consecutive pods naming a scheduling.k8s.io/v1beta1 PodGroup with minCount 4, created
-before the run's pods, in every run; kube-scheduler's gang plugins are on through the cluster's
-GenericWorkload feature gate).
+With `--features` the pod set is the feature mix instead (`hack.bench.feature_workload`, seeded;
+the same GPU sizes): 30 % plain pods, 15 % with preferred and 15 % with required pod affinity to
+their group (label `bench.gpu-scheduler.io/app=g<i mod 10>`, topology key the node type),
+20 % with a topology spread over their group (maxSkew 2, half DoNotSchedule, half
+ScheduleAnyway), 20 % gang members (4 consecutive pods naming a scheduling.k8s.io/v1beta1
+PodGroup with minCount 4, created before the run's pods, in every run; kube-scheduler's gang
+plugins are on through the cluster's GenericWorkload feature gate).
 
 With `--dra` the nodes and pods use Dynamic Resource Allocation instead (`hack.bench.dra_workload`):
 every node is a `D8` (8 H200 GPUs, NVLink domains gpu-0..3 and gpu-4..7) whose GPUs are
@@ -50,7 +50,12 @@ what a DRA scheduler must do (a finalizer and a status write per claim, besides 
 Between runs the benchmark also waits until the namespace lists no claim. `--dra-extended SHARE`
 makes that share of the pods (seeded) ask for `nvidia.com/gpu` instead of naming a template: the
 DeviceClass's `extendedResourceName` makes each scheduler create their claims (the ceiling's pods
-then bind without any claim). `--rate` works in this mode too (steady arrival).
+then bind without any claim). `--rate` works in this mode too (steady arrival). `--shared SHARE`
+puts S8 nodes in place of the D8 (GPUs that allow multiple allocations, memory a consumable
+capacity) and makes that share of the pods (seeded) ask for part of one GPU's memory, sizes
+from the openb GPU-sharing trace or `--share-sizes` (`hack.bench.dra_shares`); the table adds
+the GPUs each run left partly used, the nodes they are on, and whether its claims carry a
+`shareID` and `consumedCapacity`.
 
 Churn, `--lifetime L` (meant with `--rate R`, in either pod set): every pod of a gpu-scheduler or
 kube-scheduler run is deleted (grace 0) L seconds after this process saw it bound, while the
@@ -116,16 +121,25 @@ import yaml
 from kubernetes_asyncio import client
 
 from hack.bench.churn import Reaper, Step, bind_steps, peak_held, timeline
+from hack.bench.dra_shares import (
+    SHARE_HEADER,
+    DraPods,
+    ShareUse,
+    parse_share_sizes,
+    share_cells,
+    share_requests,
+    share_use,
+    shared_sizes,
+)
 from hack.bench.dra_workload import (
     AllocatedClaims,
     create_templates,
     dra_node_specs,
-    dra_pod_manifest,
     dra_quality,
     extended_indices,
-    extended_pod_manifest,
     wait_claims_gone,
 )
+from hack.bench.feature_workload import create_pod_groups, feature_kinds, with_features
 from hack.bench.pending import (
     NodeKind,
     RunPlacements,
@@ -143,7 +157,6 @@ from hack.localcluster import (
     wait_nodes_ready,
 )
 from hack.localcluster.cluster import REPO_ROOT, free_port
-from hack.localcluster.nodes import NODE_TYPE_LABEL
 from hack.localcluster.processes import Component
 from scheduler.kube.client import api_client_for
 from scheduler.kube.informer import Informer, KubeObject
@@ -198,12 +211,33 @@ class Options:
     profile: str = ""
     """When set, one more gpu-scheduler run (default settings, burst mode only, label
     "cprofile") under `python -m cProfile -o <profile>`; its figures include cProfile's cost."""
+    profile_variant: str = ""
+    """When set, the cprofile run takes the settings of the variant of this label."""
     lifetime: float | None = None
     """Churn: each pod is deleted (grace 0) this many seconds after it was seen bound, while
     the others keep arriving (`hack.bench.churn`); no ceiling run then."""
     dra_extended: float = 0.0
     """With `dra`: the share of pods asking for `nvidia.com/gpu` (served through the
     DeviceClass's `extendedResourceName`) instead of naming a template."""
+    shared: float = 0.0
+    """With `dra`: S8 nodes, and the share of pods asking for part of one GPU's memory
+    (`hack.bench.dra_shares`)."""
+    share_sizes: tuple[int, ...] = ()
+    """With `shared`: the sizes (Gi) shares are drawn from; empty: the openb trace's."""
+
+    def dra_pods(self) -> DraPods:
+        """What each pod of the set asks for in the DRA mode."""
+        extended = extended_indices(self.pods, self.dra_extended, self.seed)
+        shares = share_requests(self.pods, self.shared, self.seed, self.share_sizes)
+        return DraPods(shares, extended)
+
+    def cluster_nodes(self, count: int) -> list[NodeSpec]:
+        """A cluster's `count` nodes: the seed types, D8 with `dra`, S8 with `shared`."""
+        return dra_node_specs(count, shared=self.shared > 0) if self.dra else node_specs(count)
+
+    def sizes(self) -> list[int]:
+        """Whole GPUs asked by each pod of the set, in creation order (0 for a share pod)."""
+        return shared_sizes(pod_sizes(self.pods, self.seed, self.mix), self.dra_pods().shares)
 
     def modes(self) -> list[float | None]:
         """The arrival modes to run, in order: None is the burst, a number a steady rate."""
@@ -243,6 +277,8 @@ class RunResult:
     pending_why: dict[str, str] = field(default_factory=dict)
     """Pod name -> its PodScheduled=False message when the run ended, for each pending pod
     (`hack.bench.pending`)."""
+    shares: ShareUse | None = None
+    """With `Options.shared`: what the share pods held when the run ended (not the ceiling)."""
 
 
 # -- the cluster and the pod set ---------------------------------------------------------------
@@ -307,96 +343,6 @@ def pod_manifest(
             ],
         },
     }
-
-
-PLAIN, PREFERRED, REQUIRED, SPREAD, GANG = "plain", "preferred", "required", "spread", "gang"
-FEATURE_SHARES: Mapping[str, float] = {
-    PLAIN: 0.3,
-    PREFERRED: 0.15,
-    REQUIRED: 0.15,
-    SPREAD: 0.2,
-    GANG: 0.2,
-}
-"""Shares of the feature mix; a gang draw takes `GANG_SIZE` pods at once."""
-GANG_SIZE = 4
-FEATURE_GROUPS = 10
-"""Pod i carries the label app=g<i mod FEATURE_GROUPS>; affinity and spread select by it."""
-APP_LABEL = "bench.gpu-scheduler.io/app"
-FEATURE_TOPOLOGY_KEY = NODE_TYPE_LABEL
-"""The domain of pod affinity and spread: the node type (three domains of the seed types)."""
-PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
-
-
-def feature_kinds(count: int, seed: int) -> list[tuple[str, str]]:
-    """Per pod index: (kind, gang name or ""), seeded. Kinds: plain; preferred pod affinity
-    (weight 50) to its group; required pod affinity to its group (which the pod itself matches,
-    so the first one fits); a topology spread over its group (maxSkew 2, DoNotSchedule on even
-    indices, ScheduleAnyway on odd ones); a gang member (`GANG_SIZE` consecutive pods, a PodGroup
-    with minCount = its members)."""
-    rng = np.random.default_rng(seed + 1)
-    names = list(FEATURE_SHARES)
-    shares = np.asarray([FEATURE_SHARES[n] for n in names], dtype=float)  # shares: (kinds,)
-    kinds: list[tuple[str, str]] = []
-    while len(kinds) < count:
-        kind = str(rng.choice(names, p=shares / shares.sum()))
-        if kind == GANG:
-            gang = f"gang-{len(kinds):05d}"
-            kinds.extend([(GANG, gang)] * min(GANG_SIZE, count - len(kinds)))
-        else:
-            kinds.append((kind, ""))
-    return kinds
-
-
-def gang_sizes(kinds: Sequence[tuple[str, str]]) -> dict[str, int]:
-    """Members of each gang of `feature_kinds`, by PodGroup name."""
-    sizes: dict[str, int] = {}
-    for kind, gang in kinds:
-        if kind == GANG:
-            sizes[gang] = sizes.get(gang, 0) + 1
-    return sizes
-
-
-def pod_group_manifest(name: str, members: int) -> dict[str, Any]:
-    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `members` pods."""
-    return {
-        "apiVersion": f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": members}}},
-    }
-
-
-def with_features(manifest: dict[str, Any], index: int, kind: str, gang: str) -> dict[str, Any]:
-    """`manifest` (of `pod_manifest`) given pod `index`'s feature-mix kind (see `feature_kinds`);
-    modified in place and returned."""
-    group = {APP_LABEL: f"g{index % FEATURE_GROUPS}"}
-    manifest["metadata"]["labels"] = dict(group)
-    spec = manifest["spec"]
-    term = {"labelSelector": {"matchLabels": group}, "topologyKey": FEATURE_TOPOLOGY_KEY}
-    if kind == PREFERRED:
-        spec["affinity"] = {
-            "podAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 50, "podAffinityTerm": term}
-                ]
-            }
-        }
-    elif kind == REQUIRED:
-        spec["affinity"] = {
-            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-        }
-    elif kind == SPREAD:
-        spec["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 2,
-                "topologyKey": FEATURE_TOPOLOGY_KEY,
-                "whenUnsatisfiable": "DoNotSchedule" if index % 2 == 0 else "ScheduleAnyway",
-                "labelSelector": {"matchLabels": group},
-            }
-        ]
-    elif kind == GANG:
-        spec["schedulingGroup"] = {"podGroupName": gang}
-    return manifest
 
 
 def plan_bindings(sizes: Sequence[int], capacity: Sequence[tuple[str, int]]) -> dict[int, str]:
@@ -679,12 +625,11 @@ async def run_pods(
             await expect_ok(response, f"bind {name}")
 
     kinds = feature_kinds(len(sizes), options.seed) if options.features else []
-    make_pod = dra_pod_manifest if options.dra else pod_manifest
-    extended = extended_indices(len(sizes), options.dra_extended, options.seed)
+    dra_pods = options.dra_pods()
 
     async def create(index: int) -> None:
         name = names[index]
-        make = extended_pod_manifest if options.dra and index in extended else make_pod
+        make = functools.partial(dra_pods.manifest, index) if options.dra else pod_manifest
         manifest = make(name, sizes[index], scheduler_name, options.node_selector)
         if kinds:
             with_features(manifest, index, *kinds[index])
@@ -700,20 +645,6 @@ async def run_pods(
             task = asyncio.create_task(bind(name, plan[index]))
             binds.add(task)
             task.add_done_callback(binds.discard)
-
-    async def create_groups() -> None:
-        """The gangs' PodGroups, before any pod (a member waits for its PodGroup anyway)."""
-        custom = client.CustomObjectsApi(api)
-        for gang, members in gang_sizes(kinds).items():
-            response = await custom.create_namespaced_custom_object(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
-                namespace,
-                PODGROUP_PLURAL,
-                pod_group_manifest(gang, members),
-                _preload_content=False,
-            )
-            await expect_ok(response, f"create PodGroup {gang}")
 
     async def create_all() -> None:
         nonlocal creation_done, arrival_start
@@ -744,8 +675,8 @@ async def run_pods(
         await informer.synced.wait()
         if claim_watch is not None:
             await claim_informer.synced.wait()
-            await create_templates(api, namespace, sizes)
-        await create_groups()
+            await create_templates(api, namespace, sizes, dra_pods.templates())
+        await create_pod_groups(api, namespace, kinds)
         cpu_start = meter.cpu_seconds() if meter is not None else 0.0
         creating = asyncio.create_task(create_all())
         if reaper is not None:
@@ -798,6 +729,8 @@ async def run_pods(
         # without churn, kube-scheduler's pods are replayed in creation order, as before
         order = steps if deleted else bind_steps(names)
         eligible, inside = nvlink_quality(order, size_of, seen.node, seen.gpus, topologies)
+    asked = {names[index]: gib for index, gib in dra_pods.shares.items()}
+    shares = share_use(claims.results, asked, claims.released) if asked and plan is None else None
     pending = [n for n in names if n not in seen.at]
     pending_why = await pending_reasons(core, namespace, pending) if pending else {}
     await clear_namespace(
@@ -830,6 +763,7 @@ async def run_pods(
         peak_gpus=peak_held(steps, size_of),
         placed=dict(seen.node),
         pending_why=pending_why,
+        shares=shares,
     )
 
 
@@ -930,7 +864,7 @@ async def side_by_side(
     ceiling (not under churn: its plan binds each pod once, into room that only shrinks),
     gpu-scheduler, each variant of it, kube-scheduler."""
     topologies = topologies_of(specs)
-    sizes = pod_sizes(options.pods, options.seed, options.mix)
+    sizes = options.sizes()
     capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
     results: list[RunResult] = []
     for mode_index, rate in enumerate(options.modes()):
@@ -940,7 +874,8 @@ async def side_by_side(
             *((label, {}, tree) for label, tree in options.trees),
         ]
         if options.profile and rate is None:
-            gpu_runs.append(("cprofile", {}, ""))
+            profiled = dict(options.variants).get(options.profile_variant, {})
+            gpu_runs.append(("cprofile", profiled, ""))
         tag = f"m{mode_index}"
         if options.lifetime is None:
             results.append(
@@ -1003,7 +938,7 @@ async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
         api = await api_client_for(str(cluster.kubeconfig))
         try:
             core = client.CoreV1Api(api)
-            specs = dra_node_specs(node_count) if options.dra else node_specs(node_count)
+            specs = options.cluster_nodes(node_count)
             started = time.monotonic()
             names = await create_nodes(core, specs, concurrency=64)
             await wait_nodes_ready(core, names, timeout=NODES_READY_TIMEOUT_S)
@@ -1059,7 +994,13 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 def print_table(results: Sequence[RunResult], options: Options) -> None:
     mix = ", feature mix (affinity, spread, gangs)" if options.features else ""
-    mix += ", DRA (D8 nodes, claims from templates; ceiling binds only)" if options.dra else ""
+    if options.dra:
+        nodes = "S8" if options.shared else "D8"
+        mix += f", DRA ({nodes} nodes, claims from templates; ceiling binds only)"
+    if options.shared:
+        sizes = "/".join(map(str, options.share_sizes)) + "Gi" if options.share_sizes else "openb"
+        mix += f", {len(options.dra_pods().shares)} of the pods asking for a share of one GPU"
+        mix += f" ({sizes} sizes)"
     if options.dra and options.dra_extended:
         asking = len(extended_indices(options.pods, options.dra_extended, options.seed))
         mix += f", {asking} of the pods asking for nvidia.com/gpu instead"
@@ -1073,7 +1014,7 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
         f"{'nodes':>6} {'mode':>6} {'run':<15} {'bound':>6} {'pending':>7} {'GPUs':>6} "
         f"{'pods/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} {'RSS MiB':>8} "
         f"{'one domain':>16}" + (f" {'deleted':>7} {'peak GPUs':>9}" if churn else "")
-    )
+    ) + (SHARE_HEADER if options.shared else "")
     print(header)
     for r in results:
         domain = (
@@ -1086,6 +1027,7 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
             f"{_cell(r.pods_per_s):>7} {_cell(r.p50_ms, 0):>8} {_cell(r.p99_ms, 0):>8} "
             f"{_cell(r.cpu_s_per_1000_pods, 2):>9} {_cell(r.peak_rss_mib, 0):>8} {domain:>16}"
             + (f" {r.deleted:>7} {r.peak_gpus:>9}" if churn else "")
+            + (share_cells(r.shares) if options.shared else "")
         )
     for row in ratios(results):
         print(
@@ -1121,6 +1063,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", default="", metavar="FILE", help="one more gpu-scheduler run under cProfile"
     )
     parser.add_argument(
+        "--profile-variant",
+        default="",
+        metavar="LABEL",
+        help="the cprofile run takes the settings of this --variant",
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -1153,6 +1101,19 @@ def main(argv: list[str] | None = None) -> int:
         help="with --dra: this share of the pods asks for nvidia.com/gpu instead of a template",
     )
     parser.add_argument(
+        "--shared",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="with --dra: S8 nodes, and this share of the pods asks for part of one GPU",
+    )
+    parser.add_argument(
+        "--share-sizes",
+        default="",
+        metavar="GI,...",
+        help="with --shared: share sizes in Gi, equally likely (default: the openb trace's)",
+    )
+    parser.add_argument(
         "--lifetime",
         type=float,
         default=None,
@@ -1174,6 +1135,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dra and --features are separate pod sets")
     if not 0.0 <= args.dra_extended <= 1.0 or (args.dra_extended and not args.dra):
         parser.error("--dra-extended is a share from 0 to 1, with --dra")
+    if not 0.0 <= args.shared <= 1.0 or (args.shared and (not args.dra or args.dra_extended)):
+        parser.error("--shared is a share from 0 to 1, with --dra and without --dra-extended")
+    try:
+        share_sizes = parse_share_sizes(args.share_sizes) if args.share_sizes else ()
+    except ValueError as error:
+        parser.error(f"--share-sizes: {error}")
+    if share_sizes and not args.shared:
+        parser.error("--share-sizes needs --shared")
+    labels = [v.partition(":")[0] for v in args.variant]
+    if args.profile_variant and (not args.profile or args.profile_variant not in labels):
+        parser.error("--profile-variant names a --variant's label, with --profile")
     if args.lifetime is not None and args.lifetime < 0:
         parser.error("--lifetime must be 0 or more seconds")
     structlog.configure(  # the watch's informer logs only problems, and to stderr
@@ -1189,9 +1161,12 @@ def main(argv: list[str] | None = None) -> int:
         rates=tuple(float(r) for r in args.rate.split(",") if r.strip()),
         burst=not args.no_burst,
         profile=args.profile,
+        profile_variant=args.profile_variant,
         features=args.features,
         dra=args.dra,
         dra_extended=args.dra_extended,
+        shared=args.shared,
+        share_sizes=share_sizes,
         lifetime=args.lifetime,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(
@@ -1219,7 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
 def print_pending(results: Sequence[RunResult], options: Options) -> None:
     """`hack.bench.pending.render_pending` per node count and mode."""
     names = [pod_name(i) for i in range(options.pods)]
-    sizes = dict(zip(names, pod_sizes(options.pods, options.seed, options.mix), strict=True))
+    sizes = dict(zip(names, options.sizes(), strict=True))
     kinds = feature_kinds(options.pods, options.seed) if options.features else []
     kind_of = {name: kind for name, (kind, _) in zip(names, kinds, strict=False)}
     for nodes, mode in dict.fromkeys((r.nodes, r.mode) for r in results):
@@ -1231,7 +1206,7 @@ def print_pending(results: Sequence[RunResult], options: Options) -> None:
         print(f"\nnodes at the end of each run, {nodes} nodes, {mode}:")
         node_kinds = [
             NodeKind(spec.type_name, spec.gpus, tuple(spec.node_names()))
-            for spec in node_specs(nodes)
+            for spec in options.cluster_nodes(nodes)
         ]
         print("\n".join(occupancy_lines(runs, node_kinds, sizes)))
         print(f"\npending pods, {nodes} nodes, {mode}:")

@@ -75,7 +75,7 @@ PROFILE_PARTS: tuple[tuple[str, str, str], ...] = (
     ("DraStore.pools_for", "state/dra.py", "pools_for"),
     ("DraStore.slices_for", "state/dra.py", "slices_for"),
     ("NVLink domain map", "plugins/dynamic_resources.py", "domains"),
-    ("domain occupancy", "plugins/dynamic_resources.py", "domain_occupancy"),
+    ("domain occupancy", "dra/node_score.py", "domain_occupancy"),
     ("DynamicResources.score", "plugins/dynamic_resources.py", "score"),
     ("Framework.evaluate", "framework/runtime.py", "evaluate"),
     ("parse_pod", "model/objects.py", "parse_pod"),

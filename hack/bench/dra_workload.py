@@ -4,7 +4,8 @@ of the allocations.
 
 - Nodes (`dra_node_specs`): `count` kwok nodes of the local cluster's `D8` type (8 H200 GPUs,
   NVLink domains gpu-0..3 and gpu-4..7), published as one ResourceSlice each (driver
-  `gpu.nvidia.com`) with the `gpu.nvidia.com` DeviceClass, by `hack.localcluster.create_nodes`.
+  `gpu.nvidia.com`) with the `gpu.nvidia.com` DeviceClass, by `hack.localcluster.create_nodes`;
+  `S8` nodes instead with `--shared` (`hack.bench.dra_shares`).
 - Templates (`claim_template_manifest`, `create_templates`): one ResourceClaimTemplate per GPU
   count of the mix, `gpus-<n>`, created once in each run's namespace before its pods: one
   request `gpus` of exactly n devices of the class `gpu.nvidia.com`.
@@ -12,7 +13,7 @@ of the allocations.
   `spec.resourceClaims` entry `gpus` naming the template of its size, which the container
   uses; the resourceclaim controller of kube-controller-manager makes the claim.
 - `AllocatedClaims`: an informer handler that keeps, per pod owning a claim (the controller
-  owner reference the resourceclaim controller sets), the devices of the claim's
+  owner reference the resourceclaim controller sets), the devices and results of the claim's
   `status.allocation`, and when that allocation was seen gone again (`released`: the claim
   updated without it, or deleted), which is when the devices are free under churn (see
   `hack.bench.churn`).
@@ -37,14 +38,14 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 from kubernetes_asyncio import client
 
 from hack.bench.churn import Step
-from hack.localcluster import D8, NodeSpec
+from hack.localcluster import D8, S8, NodeSpec
 from hack.localcluster.dra import API_VERSION, EXTENDED_RESOURCE, GPU_CLASS
 from topology.domains import NodeTopology
 
@@ -59,15 +60,17 @@ POLL_S = 0.5
 
 
 def dra_node_specs(
-    count: int, prefix: str = "", labels: Mapping[str, str] | None = None
+    count: int, prefix: str = "", labels: Mapping[str, str] | None = None, shared: bool = False
 ) -> list[NodeSpec]:
-    """`count` D8 nodes (8 GPUs in two NVLink domains of 4, published through DRA)."""
+    """`count` D8 nodes (8 GPUs in two NVLink domains of 4, published through DRA); `shared`:
+    S8 nodes instead (the same GPUs, each allowing multiple allocations by memory)."""
+    spec = S8 if shared else D8
     return [
         replace(
-            D8,
-            type_name=prefix + D8.type_name,
+            spec,
+            type_name=prefix + spec.type_name,
             count=count,
-            labels={**D8.labels, **(labels or {})},
+            labels={**spec.labels, **(labels or {})},
         )
     ]
 
@@ -148,13 +151,18 @@ def extended_indices(count: int, share: float, seed: int) -> frozenset[int]:
     return frozenset(i for i in range(count) if rng.random() < share)
 
 
-async def create_templates(api: client.ApiClient, namespace: str, sizes: Sequence[int]) -> None:
-    """One template per distinct size of `sizes` in `namespace`."""
+async def create_templates(
+    api: client.ApiClient,
+    namespace: str,
+    sizes: Sequence[int],
+    shares: Iterable[Json] = (),
+) -> None:
+    """One template per distinct non-zero size of `sizes` in `namespace`, and each of
+    `shares` (further template manifests)."""
     resource = client.ResourceV1Api(api)
-    for gpus in sorted(set(sizes)):
-        await resource.create_namespaced_resource_claim_template(
-            namespace, cast(Any, claim_template_manifest(gpus))
-        )
+    templates = [claim_template_manifest(gpus) for gpus in sorted(set(sizes) - {0})]
+    for template in [*templates, *shares]:
+        await resource.create_namespaced_resource_claim_template(namespace, cast(Any, template))
 
 
 async def wait_claims_gone(
@@ -194,12 +202,16 @@ def owning_pod(obj: Mapping[str, Any]) -> str | None:
 class AllocatedClaims:
     """Informer handler over one namespace's ResourceClaims: `devices[pod]` is the
     (pool, device) list of the allocation of the claim that pod owns, once allocated (the first
-    allocation seen); `released[pod]` is when (on `clock`) that allocation was first seen gone,
-    by an update without it or the claim's deletion."""
+    allocation seen), `results[pod]` that allocation's results as written; `released[pod]` is
+    when (on `clock`) that allocation was first seen gone, by an update without it or the
+    claim's deletion."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.devices: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.results: dict[str, tuple[Json, ...]] = {}
+        """Per pod, the allocation's results as the claim holds them (with `shareID` and
+        `consumedCapacity` on a device that allows multiple allocations)."""
         self.released: dict[str, float] = {}
         self.changed = asyncio.Event()
         """Set whenever an allocation is recorded."""
@@ -216,6 +228,7 @@ class AllocatedClaims:
         if pod in self.devices:
             return
         self.devices[pod] = tuple((str(r.get("pool")), str(r.get("device"))) for r in results)
+        self.results[pod] = tuple(results)
         self.changed.set()
 
     def _release(self, pod: str) -> None:

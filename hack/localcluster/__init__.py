@@ -9,7 +9,9 @@ shared by memory capacity, DRAConsumableCapacity); `delete_nodes`
 as a ResourceSlice of NVIDIA's DRA driver with its `gpu.nvidia.com` DeviceClass, or time-sliced
 by the device plugin (`replicas`, `T8`); `delete_nodes`
 removes nodes with their slices, and `temporary_nodes` holds nodes for one block.
-`kueue.Kueue` runs Kueue against a started cluster, for the tests that ask for it.
+`kueue.Kueue` runs Kueue against a started cluster, for the tests that ask for it. `helm` builds
+the pinned helm and runs it on the chart `charts/gpu-scheduler`, whose copies of manifests/ files
+`chart_files` keeps current.
 """
 
 from hack.localcluster.cluster import ClusterConfig, LocalCluster

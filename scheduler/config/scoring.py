@@ -32,6 +32,12 @@ class ScoringConfig:
     domain whenever any feasible node can (`scheduler.plugins.nvlink`). False leaves one domain
     to the score alone: such pods may then take a whole smaller node across its domains, which
     keeps more of the larger nodes whole (docs/benchmarks.md, "Pods left pending")."""
+    pack_gang_members: bool = field(default=True, metadata=reads(boolean))
+    """A gang's members go first to nodes the gang already uses, then to the node that can hold
+    most of the gang's GPUs still to place, then by score (few nodes per gang,
+    `scheduler.gangs.planning`). False places each member by the score alone, as single pods
+    are placed, which keeps more of the largest nodes whole for the pods that need them
+    (docs/benchmarks.md, "Pods left pending")."""
     seed: int = field(default=0, metadata=reads(integer(0)))
     """Seed of the random generator that breaks ties between equally scored nodes."""
 

@@ -49,18 +49,23 @@ from kubernetes_asyncio import client
 from scheduler.core.claim_binding import ClaimWrites
 from scheduler.core.placement import Placement
 from scheduler.core.queue import QueuedPod, SchedulingQueue
-from scheduler.kube.apierrors import APIError, APINotSentError, APITransportError
+from scheduler.kube.apierrors import (
+    APIError,
+    APINotSentError,
+    APITooManyRequestsError,
+    APITransportError,
+)
 from scheduler.kube.binding import (
     SCHEDULER_ERROR_REASON,
     SCHEDULING_GATED_MESSAGE,
     SCHEDULING_GATED_REASON,
     UNSCHEDULABLE_REASON,
     bind_pod,
-    bind_rate_limiter,
     read_binding,
     set_unschedulable,
 )
 from scheduler.kube.events import NORMAL, WARNING, ObjectRef
+from scheduler.kube.rate_limit import bind_rate_limiter
 from scheduler.kube.tasks import TaskSet
 from scheduler.model.allocations import Allocation
 from scheduler.model.objects import PodInfo
@@ -105,9 +110,9 @@ class BindingCycle:
         self.bind_timeout = binding.timeout_seconds
         self._bind_slots = asyncio.Semaphore(binding.concurrency)
         self.bind_limiter = bind_rate_limiter(binding.qps, binding.burst)
-        """Client-side rate limit of Binding calls (None: none), taken inside a slot and before
-        the leadership check, so a pod that waited for a token is checked after. Tests may
-        replace it before the first bind."""
+        """Paces Binding calls (`scheduler.kube.rate_limit`): taken inside a slot and before
+        the leadership check, so a pod that waited for a token is checked after; paused by a
+        429's Retry-After. Tests may replace it before the first bind."""
         self._tasks = TaskSet("scheduler")
         self._condition_messages: OrderedDict[str, str] = OrderedDict()
         """Pod UID -> the message of the PodScheduled=False condition patched (or being
@@ -287,8 +292,7 @@ class BindingCycle:
         binding_sent = False
         try:
             async with self._bind_slots:
-                if self.bind_limiter is not None:
-                    await self.bind_limiter.acquire()
+                await self.bind_limiter.acquire()
                 if not self.is_leader():
                     self.cache.forget(pod.key)
                     self.queue.requeue_backoff(queued)
@@ -317,6 +321,8 @@ class BindingCycle:
         else:
             self._bound(queued, pod, placement)
             return None
+        if isinstance(failure, APIError) and failure.too_many_requests:
+            self._pause_binds(pod, failure)
         if binding_sent and outcome_unknown(failure):
             log.warning(
                 "bind_outcome_unknown", pod=pod.key, node=placement.node, error=str(failure)
@@ -375,6 +381,20 @@ class BindingCycle:
             self.queue.done(queued)
             return None
         return self._bind_failed(queued, pod, placement, error)
+
+    def _pause_binds(self, pod: PodInfo, error: APIError) -> None:
+        """A write of the binding cycle was answered 429 (API Priority and Fairness, or the
+        server's in-flight limit): no Binding goes out for the Retry-After it named (1 s when
+        none); `pod` itself backs off as after any failed bind."""
+        asked = error.retry_after if isinstance(error, APITooManyRequestsError) else None
+        paused = self.bind_limiter.pause(asked)
+        log.warning(
+            "binds_paused",
+            pod=pod.key,
+            retry_after=asked,
+            paused_s=round(paused, 3),
+            error=str(error),
+        )
 
     def _keep_unsettled(self, pod_key: str, unsettled: dict[str, tuple[str, Allocation]]) -> None:
         """Keep counting, in flight, the allocations an undo could not release (their write may

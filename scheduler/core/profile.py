@@ -15,6 +15,7 @@ from scheduler.plugins.node_affinity import NodeAffinity
 from scheduler.plugins.node_ports import NodePorts
 from scheduler.plugins.nvlink import NVLink
 from scheduler.plugins.resources import NodeResourcesFit
+from scheduler.plugins.shared_gpus import DraSharedGpus
 from scheduler.plugins.taints import NodeUnschedulable, TaintToleration
 from scheduler.plugins.topology_spread import PodTopologySpread
 from scheduler.plugins.volume_binding import VolumeBinding
@@ -24,8 +25,8 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     """The profile: kube-scheduler's filters that matter for GPU pods, GPUHealth (sick GPUs do
     not count as free), the NVLink filter and score, the replicas of time-sliced GPUs packed or
     spread (GpuSharing), DynamicResources (devices of ResourceClaims, chosen NVLink-aware),
-    preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable (left
-    out when weighted 0)."""
+    preferred node affinity, and the GPU-fragmentation score that keeps free GPUs usable, the
+    room on shared DRA GPUs included (left out when weighted 0)."""
     scoring = settings.scoring
     nvlink = NVLink(scoring.weights)
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
@@ -39,7 +40,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     )
     extra: list[ScorePlugin] = [sharing] if settings.sharing.weight > 0 else []
     if scoring.fragmentation_weight > 0:
-        extra.append(GpuFragmentation(scoring.fragmentation_weight))
+        extra.append(GpuFragmentation(scoring.fragmentation_weight, DraSharedGpus()))
     return Framework(
         filters=[
             NodeUnschedulable(),
@@ -58,4 +59,5 @@ def default_framework(settings: SchedulerConfig) -> Framework:
         scores=[nvlink, claims, affinity, pod_affinity, *extra, spread],
         seed=settings.scoring.seed,
         narrowers=[nvlink] if scoring.narrow_to_one_domain else [],
+        pack_gang_members=scoring.pack_gang_members,
     )

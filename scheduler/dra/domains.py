@@ -30,7 +30,8 @@ GPU, or two; a GPU is named by no identifier, or by identifiers of two domains; 
 attribute.
 
 A partition of a GPU (a device with a `<driver>/parentUUID` attribute, NVIDIA's MIG devices) lies
-in the domain of the GPU with that UUID, when that GPU is mapped.
+in the domain of the GPU with that UUID, when that GPU is mapped (`DeviceDomains.gpu_of` names
+that GPU).
 
 Pure: plain records in, a frozen record out, no I/O. Problems are bounded (`MAX_PROBLEM`).
 """
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from scheduler.model.devices import AttributeValue, Device
@@ -76,12 +77,14 @@ class DeviceDomains:
 
     `domain_of[key]` is an index into `domain_size`; a device absent from it is in no known
     domain. `domain_size[d]` counts the whole GPUs of domain d (partitions do not add).
-    `problem` is "" or why an annotation or the attribute was not used."""
+    `problem` is "" or why an annotation or the attribute was not used. `gpu_of[key]` is the
+    whole GPU a mapped partition belongs to."""
 
     domain_of: Mapping[DeviceKey, int]
     domain_size: tuple[int, ...]
     source: Source
     problem: str = ""
+    gpu_of: Mapping[DeviceKey, DeviceKey] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,17 +155,20 @@ def _result(
         sizes[domain] += 1
     uuid_key = f"{driver}/{UUID_ATTRIBUTE}"
     parent_key = f"{driver}/{PARENT_UUID_ATTRIBUTE}"
-    domain_by_uuid: dict[str, int] = {}
+    gpu_by_uuid: dict[str, DeviceKey] = {}
     for gpu in gpus:
         uuid = _canonical(gpu.device.attributes.get(uuid_key))
         if uuid is not None and gpu.key in mapped:
-            domain_by_uuid[uuid] = mapped[gpu.key]
+            gpu_by_uuid[uuid] = gpu.key
     result = dict(mapped)
+    gpu_of: dict[DeviceKey, DeviceKey] = {}
     for partition in partitions:
         parent = _canonical(partition.device.attributes.get(parent_key))
-        if parent is not None and parent in domain_by_uuid:
-            result[partition.key] = domain_by_uuid[parent]
-    return DeviceDomains(result, tuple(sizes), source, clip("; ".join(problems), MAX_PROBLEM))
+        if parent is not None and parent in gpu_by_uuid:
+            gpu_of[partition.key] = gpu_by_uuid[parent]
+            result[partition.key] = mapped[gpu_of[partition.key]]
+    problem = clip("; ".join(problems), MAX_PROBLEM)
+    return DeviceDomains(result, tuple(sizes), source, problem, gpu_of)
 
 
 def _canonical(value: AttributeValue | None) -> str | None:

@@ -98,8 +98,14 @@ class Framework:
         scores: Sequence[ScorePlugin],
         seed: int = 0,
         narrowers: Sequence[NarrowPlugin] = (),
+        pack_gang_members: bool = True,
     ) -> None:
         self.filters = list(filters)
+        self.pack_gang_members = pack_gang_members
+        """How a gang's members choose among their feasible nodes
+        (`scheduler.gangs.planning`): True, the nodes the gang already uses first, then the node
+        that can hold most of the gang's GPUs still to place, then the score; False, by the
+        score alone, as single pods."""
         self.narrowers = list(narrowers)
         self.scores = list(scores)
         self.rng = np.random.default_rng(seed)

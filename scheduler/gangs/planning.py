@@ -9,7 +9,9 @@ and few NVLink domains:
 - among the nodes that pass the filters, a member prefers a node the gang already uses, then
   the node that can hold most of the gang's GPUs still to place (min(free GPUs, GPUs left)),
   then the best score; so a 4 x 2-GPU gang fills one free 8-GPU node rather than four 2-GPU
-  nodes, and the NVLink score keeps each member's GPUs in one domain.
+  nodes, and the NVLink score keeps each member's GPUs in one domain. With the profile's
+  `pack_gang_members` off (`scoring.packGangMembers: false`), each member takes its best-scored
+  node, as a single pod does.
 
 With a topology key (PodGroup `spec.schedulingConstraints.topology[0].key`) every member must
 land on nodes with one value of that node label: the values are tried best-first (most free
@@ -235,10 +237,12 @@ def _fill(
         rows = np.flatnonzero(feasible)  # rows: (candidates,)
         free = (snapshot.gpu_total - snapshot.gpu_used)[rows]  # free: (candidates,)
         free = np.maximum(free, free_mapped_devices(evaluation.state, rows))  # (DRA nodes)
-        # Best first: used by the gang, holds most of the GPUs left, best score, lowest row.
-        order = np.lexsort(
-            (rows, -evaluation.total[rows], -np.minimum(free, left), ~used[rows])
-        )  # order: (candidates,)
+        # Best first: used by the gang, holds most of the GPUs left, best score, lowest row
+        # (without packing: best score, lowest row).
+        keys = [rows, -evaluation.total[rows]]
+        if framework.pack_gang_members:
+            keys += [-np.minimum(free, left), ~used[rows]]
+        order = np.lexsort(keys)  # order: (candidates,)
         row = int(rows[order[0]])
         node = snapshot.names[row]
         gpus: tuple[int, ...] = ()

@@ -17,7 +17,9 @@ Errors are typed, so callers decide by class or property, never by message text:
       APINotFoundError           404: the object is gone
       APIConflictError           409: a precondition or the object's state does not allow it
         APIAlreadyAssignedError  409 on a Binding: the pod is already bound to a node
-      APITooManyRequestsError    429: e.g. an eviction a PodDisruptionBudget does not allow now
+      APITooManyRequestsError    429: e.g. an eviction a PodDisruptionBudget does not allow now,
+                                 or a request API Priority and Fairness turned away; carries
+                                 the seconds the API server asked to wait (`retry_after`)
 
 `api_call(what)` wraps one request: inside it, client errors of every kind come out as an
 `APITransportError` (status 0) naming the request, so an adapter never lets an aiohttp or socket
@@ -28,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import math
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -135,7 +138,15 @@ class APIPreconditionFailedError(APIConflictError):
 
 
 class APITooManyRequestsError(APIError):
-    """429."""
+    """429. `retry_after`: the seconds the API server asked the client to wait before trying
+    again (its Retry-After header, else the Status's `details.retryAfterSeconds`), None when
+    it named none."""
+
+    def __init__(
+        self, status: int, message: str, reason: str = "", retry_after: float | None = None
+    ) -> None:
+        super().__init__(status, message, reason)
+        self.retry_after = retry_after
 
 
 _ALREADY_ASSIGNED = "is already assigned to node"
@@ -148,8 +159,11 @@ _PRECONDITION_FAILED = "Precondition failed"
 NewConflict(..., "Precondition failed: UID in precondition: ...")). Only `api_error` reads it."""
 
 
-def api_error(status: int, message: str, reason: str = "") -> APIError:
-    """The typed error for an HTTP status and the API server's Status message and reason."""
+def api_error(
+    status: int, message: str, reason: str = "", retry_after: float | None = None
+) -> APIError:
+    """The typed error for an HTTP status and the API server's Status message and reason;
+    `retry_after` (seconds) goes with a 429."""
     if status == 0:
         return APITransportError(message)
     if status == 404:
@@ -161,7 +175,7 @@ def api_error(status: int, message: str, reason: str = "") -> APIError:
             return APIPreconditionFailedError(status, message, reason)
         return APIConflictError(status, message, reason)
     if status == 429:
-        return APITooManyRequestsError(status, message, reason)
+        return APITooManyRequestsError(status, message, reason, retry_after)
     return APIError(status, message, reason)
 
 
@@ -180,7 +194,8 @@ async def api_call(what: str) -> AsyncIterator[None]:
         raise
     except ApiException as error:
         body = error.body.decode(errors="replace") if isinstance(error.body, bytes) else ""
-        raise _from_body(int(error.status or 0), body, str(error.reason or "")) from error
+        status, wait = int(error.status or 0), retry_after_of(error.headers)
+        raise _from_body(status, body, str(error.reason or ""), wait) from error
     except TRANSPORT_ERRORS as error:
         raise APITransportError(f"{what}: {describe(error)}") from error
 
@@ -194,15 +209,32 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text or 'no message'}"
 
 
-def _from_body(status: int, body: str, fallback: str) -> APIError:
+def retry_after_of(headers: Mapping[str, str] | None) -> float | None:
+    """The seconds of a Retry-After header (the API server sends whole seconds), None when
+    there is none or it is not a number of seconds >= 0 (an HTTP date is not honoured)."""
+    text = headers.get("Retry-After") if headers is not None else None
+    return _seconds(text)
+
+
+def _seconds(value: object) -> float | None:
+    try:
+        seconds = float(str(value).strip()) if value is not None else math.nan
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _from_body(status: int, body: str, fallback: str, retry_after: float | None = None) -> APIError:
     message, reason = body or fallback, ""
     try:
         parsed = json.loads(body)
         message = str(parsed.get("message", message))
         reason = str(parsed.get("reason", ""))
+        if retry_after is None:
+            retry_after = _seconds((parsed.get("details") or {}).get("retryAfterSeconds"))
     except (ValueError, AttributeError):
         pass
-    return api_error(status, message, reason)
+    return api_error(status, message, reason, retry_after)
 
 
 async def expect_success(response: Any, what: str = "reading the response") -> bytes:
@@ -214,6 +246,7 @@ async def expect_success(response: Any, what: str = "reading the response") -> b
             body: bytes = await response.read()
         if 200 <= response.status <= 299:
             return body
-        raise _from_body(int(response.status), body.decode(errors="replace"), "")
+        wait = retry_after_of(getattr(response, "headers", None))
+        raise _from_body(int(response.status), body.decode(errors="replace"), "", wait)
     finally:
         response.release()

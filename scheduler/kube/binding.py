@@ -9,12 +9,10 @@ leader election the Binding also carries the Lease term it was decided in
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from aiolimiter import AsyncLimiter
 from kubernetes_asyncio import client
 
 from scheduler.kube.apierrors import APINotFoundError, api_call, expect_success
@@ -130,13 +128,3 @@ async def read_binding(
     pod = json.loads(body)
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     return str(metadata.get("uid") or ""), str(spec.get("nodeName") or "")
-
-
-def bind_rate_limiter(qps: float, burst: int = 0) -> AsyncLimiter | None:
-    """A client-side rate limit for Binding calls: `qps` a second on average, at most `burst`
-    at once after a quiet spell (0: twice `qps`, at least 1); None when `qps` is 0 (no
-    limit). `async with limiter:` waits for a token."""
-    if qps <= 0:
-        return None
-    capacity = burst if burst > 0 else max(1, math.ceil(2 * qps))
-    return AsyncLimiter(capacity, capacity / qps)

@@ -22,16 +22,21 @@ with the device choice made NVLink-aware by `scheduler.dra`.
                                 `ClusterCache.without`), where upstream's is unresolvable (its
                                 preemption never frees devices). The allocations found per row
                                 stay in the cycle state.
-    DynamicResources.score      the NVLink score of the seed (`topology.scoring.score_nodes`,
-                                the NVLink plugin's kernel) over each feasible node's
-                                NVLink-mapped devices (`scheduler.dra.domains`): the devices the
-                                pod's allocations take against the free devices per domain, so
-                                a node where they fit one domain, tightly, scores best; a node
-                                where they are only shares of GPUs already shared (consumable
-                                capacity, nothing whole broken) gets the top score; None
-                                when they take no mapped device. Upstream scores only
-                                firstAvailable choices; gpu-scheduler's allocator already
-                                prefers the earlier alternatives (it tries them in order).
+    DynamicResources.score      per feasible node, how the devices it would allocate sit
+                                among its NVLink-mapped GPUs (`scheduler.dra.node_score`): the
+                                NVLink score of the seed (`topology.scoring.score_nodes`, the
+                                NVLink plugin's kernel) of the free GPUs they break, so a node
+                                where they fit one domain, tightly, scores best; the top score
+                                (100) where they only take shares of GPUs already shared
+                                (consumable capacity) or partitions of GPUs already partitioned
+                                (MIG); and, where they are all MIG placements, 100 less what
+                                they cost their GPU (the largest placement still possible there
+                                before less after, `scheduler.dra.partitions`), ties to the most
+                                fragmented GPU. A GPU counts once however many of its
+                                partitions or shares are taken. None when they take no mapped
+                                device. Upstream scores only firstAvailable choices;
+                                gpu-scheduler's allocator already prefers the earlier
+                                alternatives (it tries them in order).
     plan_claims                 for the chosen node: the allocations to write and the claims to
                                 reserve for the pod (`ClaimPlan`), which the cycle assumes in the
                                 store and the binding cycle writes (`scheduler.kube.claims`).
@@ -57,6 +62,8 @@ from scheduler.dra.consumable import DeviceUse
 from scheduler.dra.domains import DeviceDomains, device_domains
 from scheduler.dra.equivalence import NodeShape, groupable, node_shape
 from scheduler.dra.extended import ExtendedClaim
+from scheduler.dra.node_score import DomainOccupancy, domain_occupancy, occupancy_points
+from scheduler.dra.partitions import Partitions
 from scheduler.dra.selectors import SelectorError, SelectorMatcher
 from scheduler.framework.interface import BoolArray, CycleState, FloatArray, Rejection
 from scheduler.framework.snapshot import Snapshot
@@ -67,7 +74,7 @@ from scheduler.model.pools import Pool
 from scheduler.plugins.extended_resources import ExtendedClaims, mapped_resources
 from scheduler.state.dra import DraStore
 from scheduler.state.dra_handlers import DYNAMIC_RESOURCES
-from topology.scoring import DEFAULT_WEIGHTS, MAX_SCORE, ScoreWeights, normalize, score_nodes
+from topology.scoring import DEFAULT_WEIGHTS, ScoreWeights
 from topology.text import clip
 
 NAME = DYNAMIC_RESOURCES
@@ -118,16 +125,6 @@ class PodClaimState:
         return found
 
 
-@dataclass(frozen=True)
-class DomainOccupancy:
-    """A node's NVLink-mapped devices before the pod: free and total per domain, and how many
-    of them the pod's allocations take."""
-
-    free: tuple[int, ...]
-    size: tuple[int, ...]
-    wanted: int
-
-
 def _holds_taken(pools: tuple[Pool, ...], use: DeviceUse) -> bool:
     """Whether any device of `pools` is taken by a claim, whole or a share: only then can
     evicting pods (whose claims give devices and capacity back) make room for an allocation
@@ -138,30 +135,6 @@ def _holds_taken(pools: tuple[Pool, ...], use: DeviceUse) -> bool:
         for pool in pools
         for entry in pool.devices
     )
-
-
-def domain_occupancy(
-    domains: DeviceDomains,
-    use: DeviceUse,
-    allocations: tuple[Allocation, ...],
-) -> DomainOccupancy | None:
-    """The node's `DomainOccupancy` for `allocations` (None when they take no mapped device).
-    A device taken whole or shared is not free; a share of a device already shared breaks no
-    free device, so it is not `wanted` (allocations made only of such shares: `wanted` 0)."""
-    mapped = [
-        result
-        for allocation in allocations
-        for result in allocation.results
-        if result.device_id in domains.domain_of
-    ]
-    if not mapped:
-        return None
-    wanted = len({r.device_id for r in mapped if not use.sharing(r.device_id)})
-    free = list(domains.domain_size)
-    for device, domain in domains.domain_of.items():
-        if (device in use.taken or use.sharing(device)) and domain < len(free):
-            free[domain] -= 1
-    return DomainOccupancy(tuple(max(f, 0) for f in free), tuple(domains.domain_size), wanted)
 
 
 @dataclass(frozen=True)
@@ -278,6 +251,8 @@ class DynamicResources:
         """Node -> the pools and annotations its domain map was made from, and the map."""
         self._shapes: dict[str, tuple[tuple[Pool, ...], DeviceDomains, NodeShape]] = {}
         """Node -> the pools and domain map its shape was made from, and the shape."""
+        self._partitions: dict[str, tuple[tuple[Pool, ...], Partitions]] = {}
+        """Node -> the pools its partitions were found among, and those partitions."""
 
     def shape(self, store: DraStore, node: NodeInfo) -> NodeShape:
         """The node's `NodeShape` (`scheduler.dra.equivalence`), kept while its pools and
@@ -289,6 +264,17 @@ class DynamicResources:
             return kept[2]
         found = node_shape(pools, domains.domain_of, store.shape_of)
         self._shapes[node.name] = (pools, domains, found)
+        return found
+
+    def partitions(self, store: DraStore, node: NodeInfo) -> Partitions:
+        """The MIG placements among the node's devices (`scheduler.dra.partitions`), kept
+        while its pools are the same objects."""
+        pools = store.pools_for(node.name, node.labels)
+        kept = self._partitions.get(node.name)
+        if kept is not None and kept[0] is pools:
+            return kept[1]
+        found = Partitions.of_pools(pools)
+        self._partitions[node.name] = (pools, found)
         return found
 
     def domains(
@@ -306,33 +292,15 @@ class DynamicResources:
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
     ) -> FloatArray | None:
-        """The NVLink score (`topology.scoring.score_nodes`, the seed's rules) of the devices
-        each feasible node would allocate, over the NVLink-mapped devices of the node: free per
-        domain before this pod, domain sizes, devices and devices in use. None for a pod whose
+        """`occupancy_points` of each feasible node's `DomainOccupancy`. None for a pod whose
         allocations take no mapped device (no preference)."""
         claim_state = state.data.get(NAME)
         if not isinstance(claim_state, PodClaimState) or not claim_state.occupancy:
             return None
         rows = np.array(sorted(claim_state.occupancy), dtype=np.int64)  # rows: (n,)
-        width = max(len(o.free) for o in claim_state.occupancy.values())
-        free = np.zeros((rows.size, width), dtype=np.int64)  # free: (n, domains)
-        size = np.zeros((rows.size, width), dtype=np.int64)  # size: (n, domains)
-        wanted = np.zeros(rows.size, dtype=np.int64)  # wanted: (n,)
-        for i, row in enumerate(rows):
-            occupancy = claim_state.occupancy[int(row)]
-            free[i, : len(occupancy.free)] = occupancy.free
-            size[i, : len(occupancy.size)] = occupancy.size
-            wanted[i] = occupancy.wanted
-        total = size.sum(axis=1)  # total: (n,)
-        used = total - free.sum(axis=1)  # used: (n,)
+        found = occupancy_points([claim_state.occupancy[int(r)] for r in rows], self.weights)
         points = np.zeros(snapshot.rows, dtype=np.float64)  # points: (rows,)
-        points[rows[wanted == 0]] = MAX_SCORE  # only shares of devices already shared: packed
-        for g in np.unique(wanted[wanted > 0]):
-            pick = wanted == g  # pick: (n,)
-            breakdown = score_nodes(
-                int(g), free[pick], size[pick], total[pick], used[pick], self.weights
-            )
-            points[rows[pick]] = np.nan_to_num(normalize(breakdown.raw))
+        points[rows] = found
         return np.where(feasible, points, 0.0)
 
     def filter(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> list[Rejection]:
@@ -373,16 +341,20 @@ class DynamicResources:
             if allocator is None or not claims:
                 unavailable[row] = not available
                 continue
+            signature = self.shape(store, node).signature(use) if grouped else None
             key = (
-                (extended.variant_on(int(row)) if extended else (),
-                 self.shape(store, node).signature(use))
-                if grouped
-                else None
-            )  # fmt: skip
+                None  # a node the grouping does not cover is allocated on its own
+                if signature is None
+                else (extended.variant_on(int(row)) if extended else (), signature)
+            )
             verdict = verdicts.get(key) if key is not None else None
             if verdict is None:
                 found, reason, domains = self._allocate(allocator, claims, store, node)
-                occupancy = None if found is None else domain_occupancy(domains, use, found)
+                occupancy = (
+                    None
+                    if found is None
+                    else domain_occupancy(domains, use, found, self.partitions(store, node))
+                )
                 verdict = (found is not None, reason, occupancy)
                 if found is not None:
                     claim_state.allocations[int(row)] = found

@@ -4,22 +4,34 @@ A GPU is only as useful as the cpu and memory left beside it: a node with two fr
 free core cannot run a pod that asks for one GPU and eight cores. This score looks at cpu and
 memory, which the NVLink-domain score does not.
 
-The measure is the one of Weng et al., "Beware of Fragmentation" (USENIX ATC '23), for whole
-GPUs. The plugin learns the workload from the GPU pods it scores: each pod asking for `g` GPUs,
-`c` cpu and `m` memory counts once as the per-GPU demand `(c / g, m / g)`. The expected waste of
-a node with `G` free GPUs, `C` free cpu and `M` free memory is the number of its free GPUs that
-pods drawn from that demand could not use for lack of cpu or memory:
+The measure is the one of Weng et al., "Beware of Fragmentation" (USENIX ATC '23), with free GPU
+counted in GPUs: a node's whole free GPUs plus the room left on its shared GPUs (`SharedGpus`:
+in the daemon DRA devices that allow multiple allocations, `scheduler.plugins.shared_gpus`), in
+thousandths. The plugin learns the workload from the GPU pods it scores: each pod asking for
+`g` GPUs, `c` cpu and `m` memory counts once as the per-GPU demand `(c / g, m / g)`, and a pod
+taking a share of `s` thousandths of a GPU as `(1000 c / s, 1000 m / s)`, its cpu and memory
+per GPU's worth. The expected waste of a node with `G` free GPU, `C` free cpu and `M` free
+memory is the free GPU that pods drawn from that demand could not use for lack of cpu or
+memory:
 
     waste(G, C, M) = G * phi(C / G, M / G)
     phi(rc, rm)    = E_t[ max(0, 1 - rc / c_t, 1 - rm / m_t) ]    (t: a learned per-GPU demand)
 
-(`phi` is the share of free GPUs without enough cpu or memory per GPU; 0 on a node without free
-GPUs.) The score of a node is the change of its waste if the pod went there, in GPUs:
-`delta = waste(after) - waste(before)`, mapped to `50 - POINTS_PER_GPU * delta` and clipped to
-0..100, so a placement that leaves the node's free GPUs as usable as before scores 50, one that
-strands a GPU scores 50 - 12.5, and one that takes GPUs which were already short of cpu or memory
-scores above 50. CPU-only pods are scored too: on a node without free GPUs they waste nothing;
-on a node with free GPUs they waste the GPUs whose cpu or memory they take.
+(`phi` is the share of free GPU without enough cpu or memory per GPU; 0 on a node without free
+GPU.) The score of a node is the change of its waste if the pod went there, in GPUs:
+`delta = waste(after) - waste(before)` (a share takes its thousandths off `G`), mapped to
+`50 - POINTS_PER_GPU * delta` and clipped to 0..100, so a placement that leaves the node's free
+GPU as usable as before scores 50, one that strands a GPU scores 50 - 12.5, and one that takes
+GPU which was already short of cpu or memory scores above 50. CPU-only pods are scored too: on
+a node without free GPU they waste nothing; on a node with free GPU they waste the GPU whose cpu
+or memory they take. Beyond the waste, which is 0 wherever cpu and memory are plentiful, a
+CPU-only pod (no GPU, no share, no claim) counts `STEER_SHARE` GPUs of waste per GPU whose cpu
+or memory it takes (`host_share`: the node's free GPU times the larger of the shares of its
+free cpu and free memory the pod takes), so it goes to nodes without free GPU (CPU-only nodes,
+full GPU nodes) when they can take it. Clusters run by kube-scheduler get that with a taint on
+GPU nodes (Kubernetes' taint use cases: dedicated nodes with special hardware, and the
+ExtendedResourceToleration admission plugin that lets pods asking for the GPU tolerate it);
+here it is a preference, so CPU-only pods still use GPU nodes when nothing else fits.
 
 `phi` is tabulated on a `GRID` x `GRID` grid of (cpu per free GPU, memory per free GPU) from 0 to
 the largest learned demand and read at the grid point at or below the node's ratios (a slight
@@ -32,13 +44,16 @@ node gets the same points (no node's waste changes, as for a pod whose cpu and m
 anywhere in plenty).
 
 Cost: as the NVLink score, the score is computed once per resource state and gathered to the
-nodes. A state is a node's free GPUs, cpu and memory (`NodeResources`); after a cluster change
+nodes. A state is a node's free GPU, cpu and memory (`NodeResources`); after a cluster change
 the rows whose free amounts changed are found by one comparison with the previous array and get
 new states. What remains per pod is a few numpy passes over the states, one gather over the
-nodes, and that comparison when the cluster changed since the previous cycle.
+nodes, and that comparison when the cluster or the room on shared GPUs changed since the
+previous cycle.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +65,7 @@ from scheduler.model.resources import CPU, GPU, MEMORY
 from scheduler.state.cache import ClusterCache
 
 Float32Array = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
 
 FRAGMENTATION_NAME = "GpuFragmentation"
 POINTS_PER_GPU = 12.5
@@ -60,6 +76,10 @@ GRID = 64
 """Grid points per axis of the `phi` table."""
 REBUILD_GROWTH = 8
 """The `phi` table is rebuilt when the pods learned grew by 1/REBUILD_GROWTH since it was built."""
+WHOLE = 1000
+"""Thousandths of one GPU: the unit of shares and of the room on shared GPUs."""
+STEER_SHARE = 0.25
+"""GPUs of waste counted per GPU whose cpu or memory a CPU-only pod takes (`host_share`)."""
 MAX_DEMANDS = 512
 """Distinct per-GPU demands kept; beyond that the least frequent are dropped."""
 COLUMNS = (GPU, CPU, MEMORY)
@@ -71,17 +91,18 @@ REFRESHED_KEY = "gpu_fragmentation.refreshed"
 class NodeResources:
     """The resource states of the node rows.
 
-    A state is what the score reads of a node: its free GPUs, cpu (millicores) and memory
-    (bytes). `state_of_row` (rows,) gives each row's state; `free` (3, states) the free GPUs,
-    cpu and memory of each state as float32 (exact for GPUs and millicores, within 1e-7 for
-    bytes). Scores are computed per state and gathered to the rows.
+    A state is what the score reads of a node: its free GPU (whole free GPUs plus the room left
+    on its shared GPUs, in GPUs), cpu (millicores) and memory (bytes). `state_of_row` (rows,)
+    gives each row's state; `free` (3, states) the free GPU, cpu and memory of each state as
+    float32 (exact for whole GPUs, thousandths and millicores, within 1e-7 for bytes). Scores
+    are computed per state and gathered to the rows.
 
-    `refresh` runs once per cycle: when the cache changed since (its `generation`), it finds the
-    rows whose free amounts changed (one comparison with a copy of the array) and gives each a
-    new state at the end. A state never changes once made, so a value computed per state stays
-    valid while `generation` is the same. When the states outnumber the rows by more than the
-    rows (old states nobody uses any more), the states are rebuilt from scratch, one per
-    distinct combination, and `generation` grows.
+    `refresh` runs once per cycle: when the cache (its `generation`) or the room changed since,
+    it finds the rows whose free amounts changed (one comparison with a copy of the array) and
+    gives each a new state at the end. A state never changes once made, so a value computed per
+    state stays valid while `generation` is the same. When the states outnumber the rows by
+    more than the rows (old states nobody uses any more), the states are rebuilt from scratch,
+    one per distinct combination, and `generation` grows.
     """
 
     def __init__(self) -> None:
@@ -90,52 +111,66 @@ class NodeResources:
         self.count = 0  # states in use: the first `count` columns of `free`
         self.state_of_row = np.zeros(0, dtype=np.intp)  # (rows,)
         self.free: Float32Array = np.zeros((3, 0), dtype=np.float32)  # (3, capacity)
-        self._seen = np.zeros((0, 0), dtype=np.int64)  # (rows, resources)
+        self._seen = np.zeros((0, 0), dtype=np.int64)  # (rows, 4): KEY_COLUMNS and the room
         self._seen_generation = -1  # the cache's generation at the last refresh
 
-    def refresh(self, snapshot: Snapshot, state: CycleState) -> None:
-        """Bring the states up to date with `snapshot` (once per cycle)."""
+    def refresh(self, snapshot: Snapshot, state: CycleState, room: IntArray | None = None) -> None:
+        """Bring the states up to date with `snapshot` and `room` (rows,), the thousandths free
+        on each node's shared GPUs (None: no shared GPU anywhere); once per cycle."""
         if state.data.get(REFRESHED_KEY) is self:
             return
         state.data[REFRESHED_KEY] = self
-        free = snapshot.free  # free: (rows, resources)
+        unchanged = (
+            room is None
+            and self.cache is snapshot.cache
+            and snapshot.cache.generation == self._seen_generation
+            and not self._seen[:, -1].any()
+        )
+        if unchanged:
+            return  # nothing changed in the cache since the last refresh, no room anywhere
+        free = snapshot.free[:, list(COLUMNS)]  # free: (rows, 3)
+        shared = np.zeros(free.shape[0], dtype=np.int64) if room is None else room  # (rows,)
+        keys = np.column_stack([free, shared])  # keys: (rows, 4)
         if (
             self.cache is not snapshot.cache
-            or self._seen.shape != free.shape
-            or self.count > 2 * free.shape[0]
+            or self._seen.shape != keys.shape
+            or self.count > 2 * keys.shape[0]
         ):
-            self._rebuild(snapshot)
+            self._rebuild(snapshot, keys)
             return
-        if snapshot.cache.generation == self._seen_generation:
-            return  # nothing changed in the cache since the last refresh
         self._seen_generation = snapshot.cache.generation
-        # cells: (changed cells,), flat indices into (rows, resources)
-        cells = np.flatnonzero(free.ravel() != self._seen.ravel())
+        # cells: (changed cells,), flat indices into (rows, 4)
+        cells = np.flatnonzero(keys.ravel() != self._seen.ravel())
         if not cells.size:
             return
-        width = free.shape[1]
+        width = keys.shape[1]
         changed = np.array(sorted({cell // width for cell in cells.tolist()}))  # (changed rows,)
-        self._seen[changed] = free[changed]
+        self._seen[changed] = keys[changed]
         start, end = self.count, self.count + changed.size
         if end > self.free.shape[1]:
             wider = np.zeros((3, max(2 * self.free.shape[1], end)), dtype=np.float32)
             wider[:, :start] = self.free[:, :start]
             self.free = wider
-        self.free[:, start:end] = free[changed].T[list(COLUMNS)]
+        self.free[:, start:end] = state_free(keys[changed])
         self.state_of_row[changed] = np.arange(start, end)
         self.count = end
 
-    def _rebuild(self, snapshot: Snapshot) -> None:
-        free = snapshot.free  # free: (rows, resources)
-        keys = free[:, list(COLUMNS)]  # keys: (rows, 3)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)  # (states, 3), (rows,)
+    def _rebuild(self, snapshot: Snapshot, keys: npt.NDArray[np.int64]) -> None:
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)  # (states, 4), (rows,)
         self.cache = snapshot.cache
         self.generation += 1
         self.count = unique.shape[0]
         self.state_of_row = inverse.reshape(-1).astype(np.intp)
-        self.free = unique.T.astype(np.float32)
-        self._seen = free.copy()
+        self.free = state_free(unique)
+        self._seen = keys.copy()
         self._seen_generation = snapshot.cache.generation
+
+
+def state_free(keys: npt.NDArray[np.int64]) -> Float32Array:
+    """(3, n) free GPU (whole GPUs plus room / `WHOLE`), cpu and memory of `keys` (n, 4)."""
+    found = keys[:, :3].T.astype(np.float32)  # found: (3, n)
+    found[0] += keys[:, 3].astype(np.float32) / WHOLE
+    return found
 
 
 def waste_table(
@@ -156,13 +191,31 @@ def waste_table(
     return phi.ravel().astype(np.float32), float(steps[0]), float(steps[1])
 
 
+class SharedGpus(Protocol):
+    """Where GPUs are shared in thousandths, beside the whole GPUs of `Snapshot.free`."""
+
+    def room(self, snapshot: Snapshot) -> IntArray | None:
+        """(rows,) thousandths free on each node's shared GPUs; None: no shared GPU anywhere."""
+        ...
+
+    def share(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> int:
+        """Thousandths of GPU the pod takes as shares (0: none), once filtered."""
+        ...
+
+
 class GpuFragmentation:
-    """Score plugin: the change of a node's expected wasted GPUs (see the module docstring)."""
+    """Score plugin: the change of a node's expected wasted GPUs (see the module docstring).
+    `shared` tells the room on shared GPUs and the shares pods take (None: whole GPUs only);
+    `steer_cpu_only` adds the steering of CPU-only pods."""
 
     name = FRAGMENTATION_NAME
 
-    def __init__(self, weight: float = 1.0) -> None:
+    def __init__(
+        self, weight: float = 1.0, shared: SharedGpus | None = None, steer_cpu_only: bool = True
+    ) -> None:
         self.weight = weight
+        self.shared = shared
+        self.steer_cpu_only = steer_cpu_only
         self.nodes = NodeResources()
         self._counts: dict[tuple[int, int], int] = {}
         self._learned = 0
@@ -173,12 +226,26 @@ class GpuFragmentation:
         self._before_count = 0  # states whose waste is in `_before`
         self._before_at = (-1, -1)  # (state generation, table build) `_before` is valid for
 
-    def learn(self, pod: PodInfo) -> None:
-        """Count the per-GPU demand of a GPU pod (pods without GPUs are not counted)."""
+    @property
+    def ready(self) -> bool:
+        """Whether a GPU pod has been learned: before that, the score abstains and `waste`
+        has no table to read."""
+        return self._table is not None
+
+    def learn(self, pod: PodInfo, share: int = 0) -> None:
+        """Count the per-GPU demand of a GPU pod: its cpu and memory per GPU it asks for, or
+        per GPU's worth of the `share` thousandths it takes (pods without either are not
+        counted)."""
         gpus = int(pod.requests[GPU])
-        if gpus <= 0:
+        if gpus > 0:
+            key = (int(pod.requests[CPU]) // gpus, int(pod.requests[MEMORY]) // gpus)
+        elif share > 0:
+            key = (
+                int(pod.requests[CPU]) * WHOLE // share,
+                int(pod.requests[MEMORY]) * WHOLE // share,
+            )
+        else:
             return
-        key = (int(pod.requests[CPU]) // gpus, int(pod.requests[MEMORY]) // gpus)
         self._counts[key] = self._counts.get(key, 0) + 1
         self._learned += 1
         if len(self._counts) > MAX_DEMANDS:
@@ -199,7 +266,7 @@ class GpuFragmentation:
         """(n,) expected wasted GPUs of nodes with the free GPUs, cpu and memory `free` (3, n)."""
         assert self._table is not None
         gpus = np.maximum(free[0], 0.0)  # gpus: (n,)
-        ratio = free[1:] / np.maximum(gpus, 1.0)  # ratio: (2, n), cpu and memory per free GPU
+        ratio = free[1:] / np.maximum(gpus, 1.0 / WHOLE)  # ratio: (2, n), per free GPU
         ratio *= self._steps  # now in grid steps
         np.clip(ratio, 0, GRID - 1, out=ratio)
         cells = ratio.astype(np.intp)  # cells: (2, n)
@@ -229,18 +296,28 @@ class GpuFragmentation:
         by_row: Float32Array = self._current_waste()[self.nodes.state_of_row]
         return by_row
 
+    def refresh(self, snapshot: Snapshot, state: CycleState) -> None:
+        """The node states of this cycle, with the room on shared GPUs when `shared` is set."""
+        room = self.shared.room(snapshot) if self.shared is not None else None
+        self.nodes.refresh(snapshot, state, room)
+
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
     ) -> FloatArray | None:
-        self.learn(pod)
+        share = self.shared.share(pod, snapshot, state) if self.shared is not None else 0
+        self.learn(pod, share)
         if self._table is None:
             return None
         nodes = self.nodes
-        nodes.refresh(snapshot, state)
+        self.refresh(snapshot, state)
         before = self._current_waste()  # before: (states,)
         request = pod.requests[list(COLUMNS)].astype(np.float32)  # request: (3,)
-        after = self.waste(nodes.free[:, : nodes.count] - request[:, None])  # (states,)
+        request[0] += share / WHOLE
+        free = nodes.free[:, : nodes.count]  # free: (3, states)
+        after = self.waste(free - request[:, None])  # after: (states,)
         removed = np.subtract(before, after, dtype=np.float64)  # removed: (states,), GPUs
+        if self.steer_cpu_only and cpu_only(pod, share):
+            removed -= STEER_SHARE * host_share(free, request)
         if removed.size == 0 or removed.min() == removed.max():
             return None  # every node equal: no preference
         removed *= POINTS_PER_GPU
@@ -248,3 +325,18 @@ class GpuFragmentation:
         np.clip(removed, 0.0, MAX_POINTS, out=removed)
         points: FloatArray = removed[nodes.state_of_row]  # points: (rows,)
         return points
+
+
+def cpu_only(pod: PodInfo, share: int) -> bool:
+    """Whether the pod asks for no GPU in any form (no GPU, no share, no claim)."""
+    return share == 0 and not pod.requests[GPU] and pod.resource_claims is None and not pod.extended
+
+
+def host_share(free: Float32Array, request: Float32Array) -> FloatArray:
+    """(n,) the GPUs whose cpu or memory a pod asking `request` (3,) takes on nodes with `free`
+    (3, n): the free GPU times the larger of the shares of free cpu and free memory it takes
+    (0 on a node without free GPU)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        taken = np.where(free[1:] > 0, request[1:, None] / free[1:], 1.0)  # taken: (2, n)
+    found: FloatArray = np.maximum(free[0], 0.0) * np.minimum(taken.max(axis=0), 1.0)
+    return found

@@ -371,6 +371,11 @@ class DraStore:
         self._shapes[id(device)] = (device, shape)
         return shape
 
+    @property
+    def slices_version(self) -> int:
+        """Grows whenever a slice or a taint rule is added, changed or dropped."""
+        return self._slices_version
+
     def has_devices(self, node_name: str) -> bool:
         """Whether any slice is published for the node itself or for every/selected nodes."""
         self._index()

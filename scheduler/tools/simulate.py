@@ -5,8 +5,9 @@
     gpu-scheduler simulate --nodes NODES (--gangs GANGS.yaml | --random-gangs N) [--seed 0] ...
 
 With `--gangs` or `--random-gangs` the workload is gangs placed in time, all-or-nothing by
-gpu-scheduler against pod by pod; see `scheduler.tools.simulate_gangs`. The rest of this
-docstring is about `--pods`.
+gpu-scheduler against pod by pod; see `scheduler.tools.simulate_gangs`. With `--shares` the
+GPU-sharing pods are placed too, GPUs counted in thousandths; see
+`scheduler.tools.simulate_share`. The rest of this docstring is about `--pods` alone.
 
 NODES and PODS are openb CSV files (Alibaba cluster-trace-gpu-v2023) or native YAML; see
 `scheduler.tools.simulate_trace` for both formats. Policies are those of
@@ -61,7 +62,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -77,7 +77,7 @@ from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.core.placement import place
 from scheduler.framework.runtime import NO_NODE, Framework
 from scheduler.framework.snapshot import Snapshot
-from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
+from scheduler.model.objects import NodeInfo, PodInfo
 from scheduler.model.resources import CPU, GPU, MEMORY
 from scheduler.state.cache import ClusterCache
 from scheduler.tools.plots import add_plot_flag
@@ -93,13 +93,15 @@ from scheduler.tools.simulate_legend import POD_COLUMNS, help_epilog, legend_lin
 from scheduler.tools.simulate_plot import check_simulation_plot, write_simulation_plot
 from scheduler.tools.simulate_policies import NVLINK_AWARE, POLICIES
 from scheduler.tools.simulate_series import UsageSeries, gpu_usage, sample_stride
+from scheduler.tools.simulate_share import run_shares
+from scheduler.tools.simulate_share_policies import SHARE_POLICY_NAMES
 from scheduler.tools.simulate_trace import (
-    TraceError,
     TraceNode,
     TracePod,
-    node_object,
+    arrival_order,
+    build_nodes,
     parse_domain_overrides,
-    pod_object,
+    parsed_pod,
     read_nodes,
     read_pods,
 )
@@ -141,14 +143,6 @@ class Workload:
     largest_memory: int
 
 
-def _parsed(pod: TracePod) -> PodInfo:
-    info = parse_pod(pod_object(pod))
-    if info.errors:
-        problems = "; ".join(str(e) for e in info.errors)
-        raise TraceError(f"pod {pod.name}: {problems}")
-    return info
-
-
 def build_workload(
     pods: Sequence[TracePod],
     cluster_gpus: int,
@@ -161,26 +155,11 @@ def build_workload(
     docstring); without `cpu_pods` the CPU-only pods are left out too. A workload without GPU
     pods arrives once (trace order) or len(workload) times (sampling). `demand` must be > 0
     (`ValueError`)."""
-    if not demand > 0 or not math.isfinite(demand):
-        raise ValueError(f"--demand must be a positive number, got {demand}")
     eligible = [p for p in pods if not p.shares_gpu and (cpu_pods or p.gpus)]
-    templates = [_parsed(p) for p in eligible]
-    target = demand * cluster_gpus
-    gpus_per_pass = sum(t.gpus for t in templates)
-    rng = np.random.default_rng(seed)
-    order: list[int] = []
-    requested = 0
-    passes = 0
-    if templates:
-        limit = len(templates) if gpus_per_pass == 0 else None
-        while requested < target and (limit is None or len(order) < limit):
-            if sample:
-                index = int(rng.integers(len(templates)))
-            else:
-                index = len(order) % len(templates)
-                passes += index == 0
-            order.append(index)
-            requested += templates[index].gpus
+    templates = [parsed_pod(p) for p in eligible]
+    gpus = [t.gpus for t in templates]
+    order, passes = arrival_order(gpus, demand, cluster_gpus, sample, seed)
+    requested = sum(gpus[index] for index in order)
     arrivals = [
         replace(
             templates[index],
@@ -199,25 +178,13 @@ def build_workload(
         cpu_only_excluded=0 if cpu_pods else sum(1 for p in pods if not p.gpus),
         gpu_sharing_excluded=sum(1 for p in pods if p.shares_gpu),
         gpus_requested=requested,
-        target_gpus=target,
+        target_gpus=demand * cluster_gpus,
         passes=passes,
         sampled=sample,
         largest_gpus=largest,
         largest_cpu=min((int(p.requests[CPU]) for p in sized), default=0),
         largest_memory=min((int(p.requests[MEMORY]) for p in sized), default=0),
     )
-
-
-def build_nodes(nodes: Sequence[TraceNode], layouts: Mapping[int, str]) -> list[NodeInfo]:
-    """Parsed nodes; a node the scheduler would flag (e.g. a bad NVLink layout) is an error."""
-    parsed = []
-    for node in nodes:
-        info = parse_node(node_object(node, layouts))
-        if info.errors:
-            problems = "; ".join(str(e) for e in info.errors)
-            raise TraceError(f"node {node.name}: {problems}")
-        parsed.append(info)
-    return parsed
 
 
 # -- one policy --------------------------------------------------------------------------------
@@ -396,7 +363,7 @@ def _describe(run: Run) -> list[str]:
         f"nodes: {run.nodes_path} ({run.node_count} nodes, {gpus} GPUs)",
         f"pods:  {run.pods_path} ({w.source_pods} pods: {w.whole_gpu_pods} whole-GPU, "
         f"{w.cpu_only_pods} CPU-only, {w.gpu_sharing_excluded} GPU-sharing left out: "
-        "the scheduler allocates whole GPUs only"
+        "--shares places them too"
         + (
             f"; {w.cpu_only_excluded} CPU-only left out: --gpu-pods-only"
             if w.cpu_only_excluded
@@ -496,7 +463,15 @@ def run_simulate(args: argparse.Namespace) -> int:
         mode = _workload_flag(args)
         check_simulation_plot(args.plot, mode)
         default = DEFAULT_GANG_POLICIES if mode != "pods" else tuple(POLICIES)
+        if args.shares:
+            default = SHARE_POLICY_NAMES
         policies = [p.strip() for p in (args.policy or ",".join(default)).split(",") if p.strip()]
+        if args.shares:
+            if mode != "pods":
+                raise ValueError("--shares goes with --pods, not with gangs")
+            if args.plot is not None:
+                raise ValueError("--plot draws whole-GPU simulations; not available with --shares")
+            return run_shares(args, policies)
         if mode != "pods":
             return _run_gangs(args, policies)
         settings = load_config(args.config, {}, {}) if args.config else SchedulerConfig()
@@ -579,6 +554,12 @@ def add_simulate_parser(commands: Any) -> None:
         "--gpu-pods-only",
         action="store_true",
         help="leave the CPU-only pods out too (as when another scheduler places them)",
+    )
+    parser.add_argument(
+        "--shares",
+        action="store_true",
+        help="place the GPU-sharing pods too (a fraction of one GPU, gpu_milli < 1000), GPUs "
+        f"in thousandths; policies {','.join(SHARE_POLICY_NAMES)} (see simulate_share)",
     )
     parser.add_argument(
         "--nvlink-domains",

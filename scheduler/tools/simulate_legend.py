@@ -1,10 +1,11 @@
 """What the columns of `gpu-scheduler simulate`'s tables mean: the legend printed under each
 table and the `--help` epilog, from one list per table so the two never disagree.
 
-`POD_COLUMNS` and `GANG_COLUMNS` hold (column, meaning) for the `--pods` table
-(`scheduler.tools.simulate.render_table`) and the gang table
-(`scheduler.tools.simulate_gangs.render_gang_table`); the meanings are those of the JSON keys
-the module docstrings of `simulate` and `simulate_gangs` define.
+`POD_COLUMNS`, `GANG_COLUMNS` and `SHARE_COLUMNS` hold (column, meaning) for the `--pods` table
+(`scheduler.tools.simulate.render_table`), the gang table
+(`scheduler.tools.simulate_gangs.render_gang_table`) and the `--shares` table
+(`scheduler.tools.simulate_share.render_share_table`); the meanings are those of the JSON keys
+the module docstrings of `simulate`, `simulate_gangs` and `simulate_share` define.
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ GANG_COLUMNS: tuple[tuple[str, str], ...] = (
     ),
 )
 
+SHARE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("PLACED / SKIPPED", "arrivals placed / that fit on no node"),
+    ("SHARES", "GPU-sharing pods (a fraction of one GPU) placed / skipped"),
+    ("WHOLE_GPU", "pods of whole GPUs placed / skipped"),
+    ("GPUS_UNALLOCATED", "free GPU at the end, in GPUs (free thousandths / 1000), of all GPUs"),
+    (
+        "GPUS_FRAGMENTED",
+        "of that, the GPU the workload's GPU pods could not use (Weng et al., ATC'23), of all GPUs",
+    ),
+    ("PARTLY_USED", "GPUs holding shares with room left"),
+    ("ONE_DOMAIN", "placed pods of 2 or more GPUs inside one NVLink domain"),
+    ("WALL_S / PODS/S", "time to place every arrival, and arrivals per second"),
+)
+
 
 def legend_lines(columns: Sequence[tuple[str, str]]) -> list[str]:
     """`columns:` and one indented `NAME  meaning` line per column, names aligned."""
@@ -58,4 +73,8 @@ def help_epilog() -> str:
     """The `simulate --help` epilog: both legends."""
     pods = "\n".join(legend_lines(POD_COLUMNS)[1:])
     gangs = "\n".join(legend_lines(GANG_COLUMNS)[1:])
-    return f"the --pods table's columns:\n{pods}\n\nthe gang table's columns:\n{gangs}"
+    shares = "\n".join(legend_lines(SHARE_COLUMNS)[1:])
+    return (
+        f"the --pods table's columns:\n{pods}\n\nthe gang table's columns:\n{gangs}\n\n"
+        f"the --shares table's columns:\n{shares}"
+    )

@@ -74,6 +74,38 @@ def _weighted_mean(points: IntMatrix, scored: BoolMatrix) -> FloatArray:
     return np.where(weights > 0, mean, 0).astype(np.float64)  # (rows,)
 
 
+def least_allocated_points(
+    allocatable: IntMatrix, after: IntMatrix, scored: BoolMatrix
+) -> FloatArray:
+    """LeastAllocated's (rows,) points from allocatable and requested-after-placement amounts
+    (rows, resources) and the (rows, resources) cells that count (see the module docstring)."""
+    safe = np.maximum(allocatable, 1)  # safe: (rows, resources)
+    points = np.where(  # points: (rows, resources)
+        after > allocatable, 0, (allocatable - after) * MAX_NODE_SCORE // safe
+    )
+    return _weighted_mean(points, scored)
+
+
+def most_allocated_points(
+    allocatable: IntMatrix, after: IntMatrix, scored: BoolMatrix
+) -> FloatArray:
+    """MostAllocated's (rows,) points, with the inputs of `least_allocated_points`."""
+    safe = np.maximum(allocatable, 1)  # safe: (rows, resources)
+    points = np.minimum(after, allocatable) * MAX_NODE_SCORE // safe  # (rows, resources)
+    return _weighted_mean(points, scored)
+
+
+def best_fit_points(
+    gpus_after: FloatArray, cpu_after: FloatArray, gpu_span: float, cpu_span: float
+) -> FloatArray:
+    """BestFit's (rows,) points from the free GPUs and millicores (rows,) left after placement;
+    `gpu_span` and `cpu_span` exceed every node's allocatable amount of each."""
+    # cpu_after / cpu_span < 1, so it only orders nodes with equal free GPUs.
+    key = gpus_after + cpu_after / cpu_span  # key: (rows,), smaller is better
+    points: FloatArray = MAX_NODE_SCORE * (1.0 - key / gpu_span)  # points: (rows,)
+    return points
+
+
 class LeastAllocated:
     """Score plugin: kube-scheduler's NodeResourcesFit LeastAllocated (see module docstring).
     Returns (rows,) points in 0..100; higher for nodes with more left free after placement."""
@@ -84,12 +116,7 @@ class LeastAllocated:
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
     ) -> FloatArray:
-        allocatable, after, scored = _allocation_inputs(pod, snapshot)
-        safe = np.maximum(allocatable, 1)  # safe: (rows, 3)
-        points = np.where(  # points: (rows, 3)
-            after > allocatable, 0, (allocatable - after) * MAX_NODE_SCORE // safe
-        )
-        return _weighted_mean(points, scored)
+        return least_allocated_points(*_allocation_inputs(pod, snapshot))
 
 
 class MostAllocated:
@@ -102,10 +129,7 @@ class MostAllocated:
     def score(
         self, pod: PodInfo, snapshot: Snapshot, state: CycleState, feasible: BoolArray
     ) -> FloatArray:
-        allocatable, after, scored = _allocation_inputs(pod, snapshot)
-        safe = np.maximum(allocatable, 1)  # safe: (rows, 3)
-        points = np.minimum(after, allocatable) * MAX_NODE_SCORE // safe  # points: (rows, 3)
-        return _weighted_mean(points, scored)
+        return most_allocated_points(*_allocation_inputs(pod, snapshot))
 
 
 class BestFit:
@@ -126,10 +150,7 @@ class BestFit:
         cpu_after = np.maximum(free[:, CPU] - pod.requests[CPU], 0)  # cpu_after: (rows,)
         gpu_span = float(snapshot.allocatable[:, GPU].max(initial=0)) + 1.0
         cpu_span = float(snapshot.allocatable[:, CPU].max(initial=0)) + 1.0
-        # cpu_after / cpu_span < 1, so it only orders nodes with equal free GPUs.
-        key = gpus_after + cpu_after / cpu_span  # key: (rows,), smaller is better
-        points: FloatArray = MAX_NODE_SCORE * (1.0 - key / gpu_span)  # points: (rows,)
-        return points
+        return best_fit_points(gpus_after, cpu_after, gpu_span, cpu_span)
 
 
 class NoPreference:

@@ -43,13 +43,16 @@ entry, and the field.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
+from scheduler.model.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from scheduler.model.quantity import QuantityError, base_units, cpu_millis
 from scheduler.model.resources import GPU_RESOURCE
 from topology.domains import NVLINK_DOMAINS_ANNOTATION, TopologyError, parse_domains
@@ -186,6 +189,60 @@ def pod_object(pod: TracePod) -> dict[str, Any]:
         "spec": spec,
         "status": {"phase": "Pending"},
     }
+
+
+def build_nodes(nodes: Sequence[TraceNode], layouts: Mapping[int, str]) -> list[NodeInfo]:
+    """`node_object` of each node, parsed as the scheduler parses nodes, NVLink layouts by GPU
+    count from `layouts`; a node the scheduler would flag (e.g. a bad NVLink layout) is a
+    `TraceError` naming it."""
+    parsed = []
+    for node in nodes:
+        info = parse_node(node_object(node, layouts))
+        if info.errors:
+            problems = "; ".join(str(e) for e in info.errors)
+            raise TraceError(f"node {node.name}: {problems}")
+        parsed.append(info)
+    return parsed
+
+
+def parsed_pod(pod: TracePod) -> PodInfo:
+    """`pod_object(pod)` parsed as the scheduler parses pods; `TraceError` naming the pod and
+    the problems when the scheduler would flag it."""
+    info = parse_pod(pod_object(pod))
+    if info.errors:
+        problems = "; ".join(str(e) for e in info.errors)
+        raise TraceError(f"pod {pod.name}: {problems}")
+    return info
+
+
+# -- arrivals ----------------------------------------------------------------------------------
+
+
+def arrival_order(
+    demands: Sequence[float], demand: float, capacity: float, sample: bool, seed: int
+) -> tuple[list[int], int]:
+    """Indices into `demands` (the GPUs each pod of a list asks for) in arrival order until
+    their sum reaches `demand * capacity`, and the passes over the list: the list's order,
+    repeated from the top, or with `sample` draws with replacement from a generator seeded with
+    `seed`. Without GPU demand the list arrives once (list order) or len(demands) times
+    (sampling). `ValueError` unless `demand` is a positive number."""
+    if not demand > 0 or not math.isfinite(demand):
+        raise ValueError(f"--demand must be a positive number, got {demand}")
+    target = demand * capacity
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    requested = 0.0
+    passes = 0
+    limit = len(demands) if sum(demands) == 0 else None
+    while demands and requested < target and (limit is None or len(order) < limit):
+        if sample:
+            index = int(rng.integers(len(demands)))
+        else:
+            index = len(order) % len(demands)
+            passes += index == 0
+        order.append(index)
+        requested += demands[index]
+    return order, passes
 
 
 # -- CSV ---------------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
     python -m tests.data.make_small        # rewrites tests/data/openb-small and genai-small
 
+`openb-small/openb_pod_list_gpushare40.csv` stands in for the gpushare variants: its pods
+asking for a fraction of one GPU (`gpu_milli` < 1000) ask for about 40 % of the GPUs asked for.
+
 The output is a function of `SEED` only. The files have the columns of the real traces
 (cluster-trace-gpu-v2023's openb CSVs and cluster-trace-v2026-GenAI's duty-cycle CSV) and a
 few dozen rows of made-up values; none of the traces' data is in them.
@@ -36,6 +39,12 @@ MODELS = ("P100", "T4", "V100M16", "V100M32", "A10", "G2", "G3")
 GPU_COUNTS = (0, 1, 2, 4, 8)
 NODES = 30
 PODS = 60
+SHARE_PODS = 80
+SHARE_FRACTION = 0.75
+"""Of the GPU pods of the gpushare stand-in, about this share asks for a fraction of one GPU
+(with the seed: 57 of 77, asking for 40 % of the GPUs the GPU pods ask for, as in the
+trace's gpushare40 variant, where the percentage is of GPUs asked for, not of pods)."""
+SHARE_MILLI = (100, 200, 250, 300, 450, 500, 600, 750, 900)
 DUTY_PODS = 8
 DUTY_SAMPLES = 30
 DUTY_STEP_S = 300.0
@@ -73,6 +82,34 @@ def pods(rng: random.Random, max_gpus: int) -> list[dict[str, object]]:
                 "num_gpu": gpus,
                 "gpu_milli": rng.choice((250, 500, 750)) if shares else (1000 if gpus else 0),
                 "gpu_spec": spec,
+                "qos": rng.choice(("LS", "BE", "Burstable")),
+                "pod_phase": "Running",
+                "creation_time": time,
+                "deletion_time": time + rng.randrange(1000, 100000),
+                "scheduled_time": time,
+            }
+        )
+    return rows
+
+
+def share_pods(rng: random.Random) -> list[dict[str, object]]:
+    """Pods in the columns of the gpushare variants: CPU-only pods, whole-GPU pods of 1, 2, 4
+    or 8 GPUs, and (`SHARE_FRACTION` of the GPU pods) pods asking for `gpu_milli` thousandths
+    of one GPU; no `gpu_spec`, as in those variants."""
+    rows: list[dict[str, object]] = []
+    time = 0
+    for index in range(SHARE_PODS):
+        gpus = rng.choice((0, 1, 1, 1, 1, 1, 1, 2, 4, 8))
+        shares = gpus >= 1 and rng.random() < SHARE_FRACTION
+        time += rng.randrange(0, 5000)
+        rows.append(
+            {
+                "name": f"small-share-pod-{index:04d}",
+                "cpu_milli": rng.choice((1000, 2000, 4000, 8000, 16000)),
+                "memory_mib": rng.choice((2048, 4096, 8192, 16384, 65536)),
+                "num_gpu": 1 if shares else gpus,
+                "gpu_milli": rng.choice(SHARE_MILLI) if shares else (1000 if gpus else 0),
+                "gpu_spec": "",
                 "qos": rng.choice(("LS", "BE", "Burstable")),
                 "pod_phase": "Running",
                 "creation_time": time,
@@ -132,6 +169,9 @@ def main() -> None:
         ("value", "timestamp_anon", "container_ip"),
         duty(rng),
     )
+    # a generator of its own, so that adding this file changed none of the others
+    shares = share_pods(random.Random(SEED + 1))
+    write(OPENB_DIR / "openb_pod_list_gpushare40.csv", POD_COLUMNS, shares)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ Dockerfile; cached, so a warm machine skips the build), run with runc under the 
 manifests/deployment.yaml asks for: its non-root user, a read-only root filesystem, no new
 privileges, no capabilities, a tmpfs at each emptyDir path.
 
-Needs root and Debian's mmdebstrap, buildah, umoci, runc and containerd (hack/setup.sh installs
-them): with CI=true their absence fails the run; elsewhere these tests are skipped with the reason.
+Needs root and Debian's mmdebstrap, buildah, umoci and runc (hack/setup.sh installs them): with
+CI=true their absence fails the run; elsewhere these tests are skipped with the reason. The import
+into containerd uses the real node's containerd 2 (`hack/build-binaries.sh --node`, built into the
+cache when missing), as the in-cluster tests do.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from hack.image import IMAGE_NAME, image_archive, run
 from hack.image.build import image_recipe
 from hack.localcluster import LocalCluster
 from hack.localcluster.cluster import free_port
+from hack.localcluster.realnode import node_binaries
 from scheduler.cli import package_version
 from tests.datasets import REPO_ROOT
 from tests.integration.test_deployment_rbac import rbac_documents
 from tests.kube import eventually
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
-TOOLS = ("mmdebstrap", "buildah", "umoci", "runc", "containerd", "ctr")
+TOOLS = ("mmdebstrap", "buildah", "umoci", "runc")
 PACKAGES = ("scheduler", "topology", "reclaim", "metrics")
 IMAGE_ROOTFS_LIMIT = 450 * 2**20
 """Bytes the unpacked image may take (about 330 MiB when measured; docs/local-cluster.md)."""
@@ -115,6 +118,7 @@ def _checked(config: dict[str, Any]) -> subprocess.CompletedProcess[str]:
 
 
 def test_containerd_imports_the_archive_under_its_name(archive: Path, tmp_path: Path) -> None:
+    runtime = node_binaries().runtime
     socket = tmp_path / "containerd.sock"
     (tmp_path / "config.toml").write_text(
         "version = 2\n"
@@ -124,10 +128,12 @@ def test_containerd_imports_the_archive_under_its_name(archive: Path, tmp_path: 
     )
     with (tmp_path / "containerd.log").open("wb") as log:
         daemon = subprocess.Popen(
-            ["containerd", "--config", str(tmp_path / "config.toml")], stdout=log, stderr=log
+            [str(runtime.containerd), "--config", str(tmp_path / "config.toml")],
+            stdout=log,
+            stderr=log,
         )
     try:
-        ctr = ["ctr", "--address", str(socket), "--namespace", "k8s.io"]
+        ctr = [str(runtime.ctr), "--address", str(socket), "--namespace", "k8s.io"]
         for _ in range(100):
             if (
                 socket.exists()

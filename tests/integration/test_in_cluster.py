@@ -29,7 +29,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,8 @@ def sample(text: str, name: str) -> float | None:
     return None
 
 
-async def _make_nodes(kubeconfig: Path) -> list[str]:
+async def make_nodes(kubeconfig: Path) -> list[str]:
+    """Two Ready kwok nodes of 4 GPUs (`incl-0`, `incl-1`) labelled `NODE_LABEL`."""
     configuration = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     async with client.ApiClient(configuration) as api:
@@ -198,6 +199,113 @@ def delete_work(cluster: LocalCluster) -> None:
     )
 
 
+def create_namespace(cluster: LocalCluster, name: str, *labels: str) -> None:
+    """Create namespace `name` with `labels` ("key=value") and wait for its default
+    ServiceAccount (pods cannot be created before it)."""
+    cluster.kubectl("create", "namespace", name)
+    if labels:
+        cluster.kubectl("label", "namespace", name, *labels)
+    until(
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
+            == 0
+        ),
+        f"the ServiceAccount of namespace {name}",
+    )
+
+
+def create_scraper(cluster: LocalCluster, name: str) -> None:
+    """A ServiceAccount `name` in the scheduler's namespace, bound (a ClusterRoleBinding of the
+    same name) to the gpu-scheduler-metrics-reader ClusterRole: its tokens read /metrics."""
+    cluster.kubectl("create", "serviceaccount", name, "-n", NAMESPACE)
+    cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        name,
+        "--clusterrole=gpu-scheduler-metrics-reader",
+        f"--serviceaccount={NAMESPACE}:{name}",
+    )
+
+
+def bind_work_pods(cluster: LocalCluster, folder: Path, prefix: str) -> str:
+    """Create a one-GPU pod per GPU of the two kwok nodes (`<prefix>-0` ... `<prefix>-7`) and
+    check that all are bound there, each with one Scheduled event, by the Lease's holder;
+    returns the holder."""
+    names = [f"{prefix}-{i}" for i in range(8)]
+    create_pods(cluster, folder, [work_pod(name) for name in names])
+    nodes = until(lambda: all_bound(cluster, names), "8 GPU pods bound")
+    assert set(nodes.values()) == {"incl-0", "incl-1"}  # 2 nodes x 4 GPUs, all used
+    holder = leader(cluster)
+    events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
+    scheduled = [e for e in events if e["reason"] == "Scheduled"]
+    assert {e["involvedObject"]["name"] for e in scheduled} == set(names)
+    assert {e.get("reportingInstance") or e["source"].get("host", "") for e in scheduled} <= {
+        holder,
+        "",
+    }
+    return holder
+
+
+def check_the_webhook_mutates(cluster: LocalCluster, folder: Path, namespace: str) -> None:
+    """A GPU pod naming no scheduler, created in a new namespace `namespace` labelled
+    gpu-scheduler.io/enabled=true, gets spec.schedulerName gpu-scheduler from the replicas'
+    webhook and is bound; the namespace is deleted afterwards."""
+    create_namespace(cluster, namespace, "gpu-scheduler.io/enabled=true")
+    pod = gpu_pod("unnamed", 1, node_selector={NODE_LABEL: "yes"})
+    del pod["spec"]["schedulerName"]
+    pod["metadata"]["namespace"] = namespace
+    path = folder / "pod.json"
+    path.write_text(json.dumps(pod))
+    cluster.kubectl("create", "-f", str(path))
+    created = get_json(cluster, "pod", "unnamed", "-n", namespace)
+    assert created["spec"]["schedulerName"] == "gpu-scheduler"
+    until(
+        lambda: get_json(cluster, "pod", "unnamed", "-n", namespace)["spec"].get("nodeName"),
+        "the mutated pod bound",
+    )
+    cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=60s")
+
+
+def roll_while_creating_pods(
+    cluster: LocalCluster, folder: Path, prefix: str, roll: Callable[[], None]
+) -> float:
+    """Call `roll`, which returns once the Deployment has rolled, while a one-GPU pod is created
+    every second (`<prefix>-0` ... `<prefix>-7`, the GPUs of the two kwok nodes). Checks that
+    both replicas were replaced, every pod was bound with exactly one Scheduled event (none
+    bound twice), and no old replica's log has a bind refused as already bound. Returns the
+    seconds `roll` took, pod creation running beside it."""
+    before = {p["metadata"]["name"] for p in scheduler_pods(cluster)}
+    names = [f"{prefix}-{i}" for i in range(8)]
+
+    def create_slowly() -> None:
+        for name in names:
+            create_pods(cluster, folder, [work_pod(name)])
+            time.sleep(1.0)
+
+    creating = threading.Thread(target=create_slowly)
+    started = time.monotonic()
+    creating.start()
+    roll()
+    took = time.monotonic() - started
+    creating.join(timeout=60)
+    assert not creating.is_alive()
+
+    pods = scheduler_pods(cluster)
+    assert len(pods) == 2 and not before & {p["metadata"]["name"] for p in pods}
+    until(lambda: all_bound(cluster, names), "the pods created during the roll bound", 180)
+    events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
+    scheduled = Counter(
+        e["involvedObject"]["name"]
+        for e in events
+        if e["reason"] == "Scheduled" and e["involvedObject"]["name"] in names
+    )
+    assert set(scheduled) == set(names) and set(scheduled.values()) == {1}, scheduled
+    for pod in before:  # the old replicas' logs: no bind refused as already bound
+        log = cluster.kubectl("logs", "-n", NAMESPACE, pod, check=False).stdout
+        assert "already assigned" not in log
+    return took
+
+
 @pytest.fixture(scope="module")
 def deployed(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
     require_tools()
@@ -211,25 +319,9 @@ def deployed(real_node_cluster: LocalCluster, tmp_path_factory: pytest.TempPathF
         real_node_cluster, archive, IMAGE_NAME, SHIPPED_CONFIG, folder / "overlay", webhooks=True
     )
     TIMINGS.update(done.timings)
-    real_node_cluster.kubectl("create", "serviceaccount", SCRAPER, "-n", NAMESPACE)
-    real_node_cluster.kubectl(
-        "create",
-        "clusterrolebinding",
-        SCRAPER,
-        "--clusterrole=gpu-scheduler-metrics-reader",
-        f"--serviceaccount={NAMESPACE}:{SCRAPER}",
-    )
-    asyncio.run(_make_nodes(real_node_cluster.kubeconfig))
-    real_node_cluster.kubectl("create", "namespace", WORKLOAD_NAMESPACE)
-    until(
-        lambda: (
-            real_node_cluster.kubectl(
-                "get", "serviceaccount", "default", "-n", WORKLOAD_NAMESPACE, check=False
-            ).returncode
-            == 0
-        ),
-        "the workload namespace's ServiceAccount",
-    )
+    create_scraper(real_node_cluster, SCRAPER)
+    asyncio.run(make_nodes(real_node_cluster.kubeconfig))
+    create_namespace(real_node_cluster, WORKLOAD_NAMESPACE)
     return done
 
 
@@ -287,18 +379,7 @@ def test_binds_gpu_pods_onto_kwok_nodes_from_inside_the_cluster(
     real_node_cluster: LocalCluster, deployed: Deployed, tmp_path: Path
 ) -> None:
     cluster = real_node_cluster
-    names = [f"gpu-{i}" for i in range(8)]
-    create_pods(cluster, tmp_path, [work_pod(name) for name in names])
-    nodes = until(lambda: all_bound(cluster, names), "8 GPU pods bound")
-    assert set(nodes.values()) == {"incl-0", "incl-1"}  # 2 nodes x 4 GPUs, all used
-    holder = leader(cluster)
-    events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
-    scheduled = [e for e in events if e["reason"] == "Scheduled"]
-    assert {e["involvedObject"]["name"] for e in scheduled} == set(names)
-    assert {e.get("reportingInstance") or e["source"].get("host", "") for e in scheduled} <= {
-        holder,
-        "",
-    }
+    holder = bind_work_pods(cluster, tmp_path, "gpu")
     # The pods have no kubeconfig: in-cluster config, the mounted ServiceAccount token.
     assert "--kubeconfig" not in json.dumps(scheduler_pods(cluster)[0]["spec"]["containers"])
     log = cluster.kubectl("logs", "-n", NAMESPACE, holder).stdout
@@ -384,32 +465,7 @@ def test_the_mutating_webhook_is_served_through_its_service(
     """A GPU pod naming no scheduler, in a namespace labelled for it, gets spec.schedulerName
     gpu-scheduler from the replicas' webhook (the API server calls the Service, TLS with the
     test's certificate), and is bound."""
-    cluster = real_node_cluster
-    namespace = "in-cluster-mutated"
-    cluster.kubectl("create", "namespace", namespace)
-    cluster.kubectl("label", "namespace", namespace, "gpu-scheduler.io/enabled=true")
-    until(
-        lambda: (
-            cluster.kubectl(
-                "get", "serviceaccount", "default", "-n", namespace, check=False
-            ).returncode
-            == 0
-        ),
-        "the namespace's ServiceAccount",
-    )
-    pod = gpu_pod("unnamed", 1, node_selector={NODE_LABEL: "yes"})
-    del pod["spec"]["schedulerName"]
-    pod["metadata"]["namespace"] = namespace
-    path = tmp_path / "pod.json"
-    path.write_text(json.dumps(pod))
-    cluster.kubectl("create", "-f", str(path))
-    created = get_json(cluster, "pod", "unnamed", "-n", namespace)
-    assert created["spec"]["schedulerName"] == "gpu-scheduler"
-    until(
-        lambda: get_json(cluster, "pod", "unnamed", "-n", namespace)["spec"].get("nodeName"),
-        "the mutated pod bound",
-    )
-    cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=60s")
+    check_the_webhook_mutates(real_node_cluster, tmp_path, "in-cluster-mutated")
 
 
 def test_prometheus_scrapes_both_replicas(
@@ -499,43 +555,19 @@ def test_a_configmap_change_rolls_the_deployment_without_a_pod_bound_twice(
     real_node_cluster: LocalCluster, deployed: Deployed, tmp_path: Path
 ) -> None:
     cluster = real_node_cluster
-    before = {p["metadata"]["name"] for p in scheduler_pods(cluster)}
     changed = SHIPPED_CONFIG.replace("logLevel: info", "logLevel: debug")
     assert changed != SHIPPED_CONFIG
-    names = [f"roll-{i}" for i in range(8)]  # the 8 GPUs of the two kwok nodes
 
-    def create_slowly() -> None:
-        for name in names:
-            create_pods(cluster, tmp_path, [work_pod(name)])
-            time.sleep(1.0)
+    def roll() -> None:
+        apply_overlay(cluster, write_overlay(cluster, deployed.overlay, IMAGE_NAME, changed, True))
+        wait_rollout(cluster)
 
-    creating = threading.Thread(target=create_slowly)
-    started = time.monotonic()
-    creating.start()
-    apply_overlay(cluster, write_overlay(cluster, deployed.overlay, IMAGE_NAME, changed, True))
-    wait_rollout(cluster)
-    TIMINGS["config roll"] = time.monotonic() - started
-    creating.join(timeout=60)
-    assert not creating.is_alive()
-
-    pods = scheduler_pods(cluster)
-    assert len(pods) == 2 and not before & {p["metadata"]["name"] for p in pods}
-    mounted = {p["spec"]["volumes"][0]["configMap"]["name"] for p in pods}
+    TIMINGS["config roll"] = roll_while_creating_pods(cluster, tmp_path, "roll", roll)
+    mounted = {p["spec"]["volumes"][0]["configMap"]["name"] for p in scheduler_pods(cluster)}
     [config_map] = mounted
     assert config_map.startswith(f"{CONFIG_MAP}-")
     configmap = get_json(cluster, "configmap", config_map, "-n", NAMESPACE)
     assert configmap["data"]["config.yaml"] == changed
-    until(lambda: all_bound(cluster, names), "the pods created during the roll bound", 180)
-    events = get_json(cluster, "events", "-n", WORKLOAD_NAMESPACE)["items"]
-    scheduled = Counter(
-        e["involvedObject"]["name"]
-        for e in events
-        if e["reason"] == "Scheduled" and e["involvedObject"]["name"] in names
-    )
-    assert set(scheduled) == set(names) and set(scheduled.values()) == {1}, scheduled
-    for pod in before:  # the old replicas' logs: no bind refused as already bound
-        log = cluster.kubectl("logs", "-n", NAMESPACE, pod, check=False).stdout
-        assert "already assigned" not in log
     delete_work(cluster)
 
 

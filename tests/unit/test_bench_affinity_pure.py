@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from hack.bench import affinity
-from hack.bench.control_plane import GANG, PLAIN, PREFERRED, REQUIRED, SPREAD
+from hack.bench.feature_workload import GANG, PLAIN, PREFERRED, REQUIRED, SPREAD
 from tests.datasets import REPO_ROOT
 from tests.docs import section_blocks
 

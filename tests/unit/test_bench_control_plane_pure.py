@@ -7,17 +7,19 @@ import math
 import pytest
 
 from hack.bench.control_plane import (
-    GANG,
-    GANG_SIZE,
     Options,
     RunResult,
-    feature_kinds,
-    gang_sizes,
     mode_name,
     overrides_of,
-    pod_group_manifest,
     pod_manifest,
     ratios,
+)
+from hack.bench.feature_workload import (
+    GANG,
+    GANG_SIZE,
+    feature_kinds,
+    gang_sizes,
+    pod_group_manifest,
     with_features,
 )
 from scheduler.gangs.tracker import parse_pod_group

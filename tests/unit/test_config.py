@@ -56,6 +56,7 @@ FULL: dict[str, Any] = {
         "preferredAffinityWeight": 2.5,
         "fragmentationWeight": 4.0,
         "narrowToOneDomain": False,
+        "packGangMembers": False,
         "seed": 42,
     },
     "binding": {"concurrency": 4, "timeoutSeconds": 12.5, "qps": 75.0, "burst": 150},
@@ -192,6 +193,7 @@ def test_full_file_round_trip(tmp_path: Path) -> None:
     assert config.scoring.weights.node_match_close_ratio == 0.25
     assert config.scoring.seed == 42
     assert config.scoring.narrow_to_one_domain is False
+    assert config.scoring.pack_gang_members is False
     assert config.binding == BindingConfig(4, 12.5, 75.0, 150)
     assert config.backoff == BackoffConfig(0.5, 30.0)
     assert config.queue.unschedulable_flush_seconds == 300.0

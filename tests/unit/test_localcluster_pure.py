@@ -99,6 +99,7 @@ def test_versions_are_pinned_exactly() -> None:
         "KWOK_VERSION",
         "KUEUE_VERSION",
         "CONTAINERD_VERSION",
+        "HELM_VERSION",
     }
     for value in versions.values():
         assert value.startswith("v") and value.count(".") == 2

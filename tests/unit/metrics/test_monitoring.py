@@ -145,6 +145,9 @@ def test_the_scrape_config_keeps_the_deployments_pods_and_loads_the_rules() -> N
     config = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
     assert [(MONITORING / f).resolve() for f in config["rule_files"]] == [RULES.resolve()]
     (job,) = config["scrape_configs"]
+    # The GPU-time metrics' `namespace` (the pods') must not be renamed exported_namespace by
+    # the target's `namespace` label: the rules and the docs' PromQL group by `namespace`.
+    assert job["honor_labels"] is True
     keep = {
         tuple(r["source_labels"]): r["regex"]
         for r in job["relabel_configs"]

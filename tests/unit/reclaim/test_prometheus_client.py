@@ -584,5 +584,6 @@ async def test_a_range_query_refuses_anything_but_a_matrix(
 ) -> None:
     stand_in.answers["bad_range"] = answer
     async with PrometheusClient(f"{stand_in.base}/canned") as client:
-        with pytest.raises(PrometheusError, match=words):
+        with pytest.raises(PrometheusError, match=words) as raised:
             await client.query_range("bad_range", 0, 60, 15)
+    assert "/api/v1/query_range" in str(raised.value)  # the endpoint that answered

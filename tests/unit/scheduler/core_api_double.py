@@ -4,8 +4,9 @@ it with a fake clock, for fast unit tests of binding, conditions and events.
 `FakeCoreV1` and `FakeEventsV1` answer like the generated kubernetes_asyncio methods called with
 `_preload_content=False`: they return a raw response (status + body) and never raise for an HTTP
 error. Each call takes the next scripted outcome of its list (an HTTP status, a status with a
-message, or an exception to raise, e.g. `aiohttp.ServerDisconnectedError()`); with the list empty
-it succeeds. A `gate` (an asyncio.Event) makes calls wait until it is set.
+message, a `FakeResponse` as it is, e.g. a 429 with a Retry-After header, or an exception to
+raise, e.g. `aiohttp.ServerDisconnectedError()`); with the list empty it succeeds. A `gate`
+(an asyncio.Event) makes calls wait until it is set.
 """
 
 from __future__ import annotations
@@ -15,34 +16,35 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from aiolimiter import AsyncLimiter
-
 from scheduler.config import BindingConfig, LeaderElectionConfig, SchedulerConfig
 from scheduler.core.cycle import Scheduler
 from scheduler.core.profile import default_framework
 from scheduler.core.queue import SchedulingQueue
 from scheduler.kube.events import EventRecorder
+from scheduler.kube.rate_limit import BindRateLimiter
 from scheduler.model.objects import PodInfo
 from scheduler.state.cache import ClusterCache
 from scheduler.state.context import SchedulerContext
 from tests.unit.scheduler.context import make_context
-
-Outcome = int | tuple[int, str] | BaseException
-"""201 / (409, "message") / an exception to raise."""
 
 NO_CLIENT: Any = object()
 """Stands in for the ApiClient the generated API classes keep (never used by the fakes)."""
 
 
 class FakeResponse:
-    """A raw aiohttp-like response: `status`, `read()`, `release()`."""
+    """A raw aiohttp-like response: `status`, `headers`, `read()`, `release()`."""
 
-    def __init__(self, status: int, message: str = "") -> None:
+    def __init__(
+        self, status: int, message: str = "", headers: dict[str, str] | None = None
+    ) -> None:
         self.status = status
+        self.headers = dict(headers or {})
         body: dict[str, Any] = {"kind": "Status", "code": status}
         if message:
             body["message"] = message
-            body["reason"] = {404: "NotFound", 409: "Conflict"}.get(status, "InternalError")
+            body["reason"] = {404: "NotFound", 409: "Conflict", 429: "TooManyRequests"}.get(
+                status, "InternalError"
+            )
         self._body = json.dumps(body).encode()
         self.released = False
 
@@ -52,11 +54,26 @@ class FakeResponse:
         response._body = json.dumps(body).encode()
         return response
 
+    @classmethod
+    def plain(cls, status: int, text: str, headers: dict[str, str] | None = None) -> FakeResponse:
+        """A body that is not a Status, as the API server's 429 from priority and fairness."""
+        response = cls(status, headers=headers)
+        response._body = text.encode()
+        return response
+
+    def with_headers(self, headers: dict[str, str]) -> FakeResponse:
+        self.headers.update(headers)
+        return self
+
     async def read(self) -> bytes:
         return self._body
 
     def release(self) -> None:
         self.released = True
+
+
+Outcome = int | tuple[int, str] | BaseException | FakeResponse
+"""201 / (409, "message") / a response as it is / an exception to raise."""
 
 
 async def answer(outcomes: list[Outcome], gate: asyncio.Event | None, ok: int) -> FakeResponse:
@@ -65,6 +82,8 @@ async def answer(outcomes: list[Outcome], gate: asyncio.Event | None, ok: int) -
     outcome: Outcome = outcomes.pop(0) if outcomes else ok
     if isinstance(outcome, BaseException):
         raise outcome
+    if isinstance(outcome, FakeResponse):
+        return outcome
     if isinstance(outcome, tuple):
         return FakeResponse(*outcome)
     return FakeResponse(outcome)
@@ -154,6 +173,12 @@ class FakeClock:
     def __call__(self) -> float:
         return self.now
 
+    async def sleep(self, seconds: float) -> None:
+        """Let `seconds` pass at once (and other tasks run): a sleep for code that takes its
+        clock and sleep from the test."""
+        self.now += max(seconds, 0.0)
+        await asyncio.sleep(0)
+
 
 @dataclass
 class Harness:
@@ -198,8 +223,11 @@ HARNESS_SETTINGS = SchedulerConfig(
 
 
 def harness(
-    cache: ClusterCache, backoff_initial: float = 1.0, bind_limiter: AsyncLimiter | None = None
+    cache: ClusterCache, backoff_initial: float = 1.0, bind_limiter: BindRateLimiter | None = None
 ) -> Harness:
+    """A Scheduler on `cache` with fakes; its Binding calls are paced by `bind_limiter`, by
+    default one without a bucket (pauses only) on the harness's clock, whose sleeps let the
+    time pass at once."""
     clock = FakeClock()
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(
         clock=clock, backoff_initial=backoff_initial, backoff_max=10.0
@@ -209,5 +237,5 @@ def harness(
     context.recorder.api = cast(Any, events)
     scheduler = Scheduler(context, queue, default_framework(context.settings))
     scheduler.core = cast(Any, core)
-    scheduler.bind_limiter = bind_limiter
+    scheduler.bind_limiter = bind_limiter or BindRateLimiter(0.0, clock=clock, sleep=clock.sleep)
     return Harness(cache, clock, queue, core, events, context.recorder, scheduler, context)

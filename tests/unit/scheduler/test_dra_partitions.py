@@ -1,7 +1,8 @@
-"""The fragmentation-aware order of MIG placements: the pure score over one GPU's eight memory
-slices against first fit, and the allocator's order on an M8-like pool (whole GPUs and every
-MIG placement consuming one counter set per GPU), with the order on (a domain map given) and off
-(upstream's first fit)."""
+"""The fragmentation-aware order of MIG placements: the pure key over GPUs of eight memory slices
+against first fit and against the earlier order (the largest placement left on the GPU), the
+cost a node's allocation is scored by, and the allocator's order on an M8-like pool (whole GPUs
+and every MIG placement consuming one counter set per GPU), with the order on (a domain map
+given) and off (upstream's first fit)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from hack.localcluster.dra_mig import (
 )
 from scheduler.dra.partitions import (
     NOTHING,
+    Partitions,
     Placement,
-    fragmentation_key,
     longest_free_run,
+    loss_key,
     placeable_after,
 )
 from scheduler.model.devices import Device, parse_resource_slice
@@ -54,28 +56,53 @@ GEOMETRY: dict[str, Sequence[Placement]] = {
 ALL = [p for placements in GEOMETRY.values() for p in placements]
 
 
-def first_fit(occupied: frozenset[int], profile: str) -> Placement | None:
-    return next((p for p in GEOMETRY[profile] if not p.slots & occupied), None)
-
-
-def aware(occupied: frozenset[int], profile: str) -> Placement | None:
-    free = [p for p in GEOMETRY[profile] if not p.slots & occupied]
-    if not free:
-        return None
-    return min(free, key=lambda p: fragmentation_key(occupied, ALL, p, SLOTS))
-
-
-def run(choose: object, profiles: Sequence[str]) -> list[int | None]:
-    """The start slot each request gets (None: not placed), one GPU."""
-    occupied: frozenset[int] = frozenset()
-    starts: list[int | None] = []
-    for profile in profiles:
-        found = choose(occupied, profile)  # type: ignore[operator]
-        assert found is None or isinstance(found, Placement)
-        starts.append(None if found is None else min(found.slots))
+def first_fit(occupied: Sequence[frozenset[int]], profile: str) -> tuple[int, Placement] | None:
+    for gpu, taken in enumerate(occupied):
+        found = next((p for p in GEOMETRY[profile] if not p.slots & taken), None)
         if found is not None:
-            occupied |= found.slots
-    return starts
+            return gpu, found
+    return None
+
+
+def aware(occupied: Sequence[frozenset[int]], profile: str) -> tuple[int, Placement] | None:
+    """The order of `Partitions.order` over the GPUs: `loss_key`, then GPU and start."""
+    free = [
+        (loss_key(taken, ALL, p, SLOTS), gpu, min(p.slots), p)
+        for gpu, taken in enumerate(occupied)
+        for p in GEOMETRY[profile]
+        if not p.slots & taken
+    ]
+    return None if not free else (min(free)[1], min(free)[3])
+
+
+def largest_after(occupied: Sequence[frozenset[int]], profile: str) -> tuple[int, Placement] | None:
+    """The earlier order: a GPU already partitioned first, then the largest placement left on
+    the GPU after it, then the longest free run, then GPU and start."""
+    free = []
+    for gpu, taken in enumerate(occupied):
+        for p in GEOMETRY[profile]:
+            if p.slots & taken:
+                continue
+            after = taken | p.slots
+            left = placeable_after(after, ALL)
+            key = (not taken, -left[0], -left[1], -longest_free_run(after, SLOTS))
+            free.append((key, gpu, min(p.slots), p))
+    return None if not free else (min(free)[1], min(free)[3])
+
+
+Chooser = Callable[[Sequence[frozenset[int]], str], "tuple[int, Placement] | None"]
+
+
+def run(choose: Chooser, profiles: Sequence[str], gpus: int = 1) -> list[str | None]:
+    """Where each request goes, "gpu/start" (None: not placed), on `gpus` GPUs."""
+    occupied = [frozenset[int]()] * gpus
+    where: list[str | None] = []
+    for profile in profiles:
+        found = choose(occupied, profile)
+        where.append(None if found is None else f"{found[0]}/{min(found[1].slots)}")
+        if found is not None:
+            occupied[found[0]] |= found[1].slots
+    return where
 
 
 def test_free_run_and_largest_placeable() -> None:
@@ -90,36 +117,66 @@ def test_free_run_and_largest_placeable() -> None:
 
 def test_a_1g_goes_where_the_4g_stays_placeable() -> None:
     # first fit takes slice 0, which kills the only 4g placement; slice 6 keeps it and 0-5 free
-    assert first_fit(frozenset(), "1g.18gb") == GEOMETRY["1g.18gb"][0]
-    assert aware(frozenset(), "1g.18gb") == GEOMETRY["1g.18gb"][6]
+    assert first_fit([frozenset()], "1g.18gb") == (0, GEOMETRY["1g.18gb"][0])
+    assert aware([frozenset()], "1g.18gb") == (0, GEOMETRY["1g.18gb"][6])
+
+
+def test_the_key_is_the_loss_then_the_most_fragmented_gpu() -> None:
+    one_g = GEOMETRY["1g.18gb"]
+    # an untouched GPU loses the 7g's worth less the 4g left beside the 1g
+    assert loss_key(frozenset(), ALL, one_g[6], SLOTS)[:3] == (4, 1 - Decimal(64) / SM, 8)
+    # slice 0 taken: the 3g at 4 is the largest; a 1g at 1 keeps it, a 1g at 4 leaves a 2g
+    assert loss_key(frozenset({0}), ALL, one_g[1], SLOTS)[:3] == (0, 0, 4)
+    assert loss_key(frozenset({0}), ALL, one_g[4], SLOTS)[0] == 2
+    # equal loss (none): the GPU whose largest placement is smaller comes first
+    roomy = loss_key(frozenset({6}), ALL, one_g[5], SLOTS)  # a 4g still possible
+    tight = loss_key(frozenset({0}), ALL, one_g[1], SLOTS)  # a 3g still possible
+    assert roomy[:2] == tight[:2] == (0, 0)
+    assert tight < roomy
 
 
 @pytest.mark.parametrize(
     ("profiles", "first", "chosen"),
     [
-        pytest.param(["1g.18gb", "4g.71gb"], [0, None], [6, 0], id="1g-then-4g"),
+        pytest.param(["1g.18gb", "4g.71gb"], ["0/0", None], ["0/6", "0/0"], id="1g-then-4g"),
         pytest.param(
-            ["1g.18gb", "2g.35gb", "4g.71gb"], [0, 2, None], [6, 4, 0], id="1g-2g-then-4g"
+            ["1g.18gb", "2g.35gb", "4g.71gb"],
+            ["0/0", "0/2", None],
+            ["0/6", "0/4", "0/0"],
+            id="1g-2g-then-4g",
         ),
         pytest.param(
             ["1g.18gb", "1g.18gb", "1g.18gb", "4g.71gb"],
-            [0, 1, 2, None],
-            [6, 5, 4, 0],
+            ["0/0", "0/1", "0/2", None],
+            ["0/6", "0/5", "0/4", "0/0"],
             id="three-1g-then-4g",
         ),
         pytest.param(
             ["2g.35gb", "1g.18gb", "3g.71gb", "3g.71gb"],
-            [0, 2, 4, None],
-            [4, 6, 0, None],
+            ["0/0", "0/2", "0/4", None],
+            ["0/4", "0/6", "0/0", None],
             id="both-lose-the-second-3g",
         ),
     ],
 )
 def test_sequences_against_first_fit(
-    profiles: list[str], first: list[int | None], chosen: list[int | None]
+    profiles: list[str], first: list[str | None], chosen: list[str | None]
 ) -> None:
     assert run(first_fit, profiles) == first
     assert run(aware, profiles) == chosen
+    # on one GPU every placement has the same "before": the earlier order chose alike
+    assert run(largest_after, profiles) == chosen
+
+
+def test_a_small_claim_fills_the_most_fragmented_gpu() -> None:
+    """The earlier order sent the second 1g to the GPU with the most left after it (GPU 1,
+    where the 4g was still possible), which broke GPU 1's last 3g; the loss order puts it
+    beside GPU 0's 3g (a 2g's room shrinks to a 1g's) and the third 3g fits. First fit
+    places all three too, by filling GPU 0 from slice 0."""
+    profiles = ["1g.18gb", "3g.71gb", "3g.71gb", "1g.18gb", "3g.71gb"]
+    assert run(largest_after, profiles, gpus=2) == ["0/6", "0/0", "1/4", "1/0", None]
+    assert run(aware, profiles, gpus=2) == ["0/6", "0/0", "1/4", "0/4", "1/0"]
+    assert run(first_fit, profiles, gpus=2) == ["0/0", "0/4", "1/0", "0/1", "1/4"]
 
 
 # -- the allocator on an M8-like pool ----------------------------------------------------------
@@ -223,3 +280,39 @@ def test_a_whole_gpu_excludes_its_placements() -> None:
     taken = frozenset({(DRIVER, NODE, "gpu-0")})
     blocked = allocate([mig], pools, in_use=taken, classes=MIG_CLASSES, matcher=MATCHER)
     assert blocked.allocations is None
+
+
+def test_across_gpus_the_allocator_fills_the_most_fragmented_gpu() -> None:
+    profiles = ["1g.18gb", "3g.71gb", "3g.71gb", "1g.18gb", "3g.71gb"]
+    assert place(profiles, order_on=True) == [
+        "gpu-0-mig-1g-18gb-6",
+        "gpu-0-mig-3g-71gb-0",
+        "gpu-1-mig-3g-71gb-4",
+        "gpu-0-mig-1g-18gb-4",
+        "gpu-1-mig-3g-71gb-0",
+    ]
+
+
+def node_id(name: str) -> tuple[str, str, str]:
+    return (DRIVER, NODE, name)
+
+
+def test_cost_of_an_allocation_in_gpus_worth() -> None:
+    pools = m8_pools(2)
+    partitions = Partitions.of_pools(pools)
+    taken = {node_id("gpu-0-mig-1g-18gb-6")}
+    occupied = partitions.occupied_by(lambda device: device in taken)
+    assert sorted(occupied.values(), key=sorted) == [frozenset(), frozenset({6})]
+    beside = partitions.cost([node_id("gpu-0-mig-1g-18gb-5")], occupied)  # the 4g stays
+    untouched = partitions.cost([node_id("gpu-1-mig-1g-18gb-6")], occupied)  # 7g -> 4g
+    killing = partitions.cost([node_id("gpu-0-mig-1g-18gb-0")], occupied)  # 4g -> 2g
+    assert beside is not None and untouched is not None and killing is not None
+    assert beside.lost == 0
+    assert 0 < killing.lost < untouched.lost < 1
+    assert killing.lost == pytest.approx(2 / 8, abs=0.05)  # two slices, plus a share
+    assert beside.before == pytest.approx(4 / 8, abs=0.05)
+    assert untouched.before == pytest.approx(8.5 / 8)  # the whole GPU: 8 slices, all shares
+    # whole GPUs, and devices that are no partition, have no cost: the NVLink score weighs them
+    assert partitions.cost([node_id("gpu-1")], occupied) is None
+    assert partitions.cost([("other.driver", NODE, "x")], occupied) is None
+    assert partitions.cost([], occupied) is None

@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 
 from scheduler.config import SchedulerConfig
+from scheduler.config.scoring import ScoringConfig
 from scheduler.core.handlers import PodGroupHandler, PodHandler
 from scheduler.core.profile import default_framework
 from scheduler.gangs import planning as gang_cycle
@@ -122,6 +123,30 @@ def test_topology_key_keeps_the_gang_on_one_value_best_first() -> None:
     assert plan.fits and plan.topology_value == "r2"
     assert {p.node for p in plan.placed} == {"r2-a", "r2-b"}
     assert all(cache.is_assumed(p.pod.key) for p in plan.placed)
+
+
+def test_members_pack_on_the_gangs_nodes_or_each_take_their_best_node() -> None:
+    # A 2+1+1+1 gang: packed, its members fill one free 8-GPU node (one node, 5 GPUs of it);
+    # placed by score alone, each takes the node the NVLink score prefers for its size, and
+    # the 8-GPU node stays whole.
+    def plan(pack: bool) -> dict[str, str]:
+        cache = cluster(
+            make_node("big", gpus=8, domains="0-3,4-7"),
+            make_node("four", gpus=4, domains="0-1,2-3"),
+            make_node("two-a", gpus=2),
+            make_node("two-b", gpus=2),
+        )
+        sizes = {"w0": 2, "w1": 1, "w2": 1, "w3": 1}
+        members = [parse_pod(member(name, gpus=gpus)) for name, gpus in sizes.items()]
+        settings = SchedulerConfig(scoring=ScoringConfig(pack_gang_members=pack))
+        placed = plan_gang(cache, default_framework(settings), members, 4)
+        assert placed.fits
+        return {p.pod.name: p.node for p in placed.placed}
+
+    assert set(plan(pack=True).values()) == {"big"}
+    unpacked = plan(pack=False)
+    assert "big" not in unpacked.values()
+    assert unpacked["w0"] in ("two-a", "two-b", "four")
 
 
 def test_topology_failure_forgets_every_assumption() -> None:

@@ -1,5 +1,6 @@
-"""GpuFragmentation: expected free GPUs left without enough cpu or memory, learned from the GPU
-pods seen, computed per resource state (NodeResources)."""
+"""GpuFragmentation: expected free GPU left without enough cpu or memory, learned from the GPU
+pods and shares seen, computed per resource state (NodeResources); the room on shared GPUs
+counts as free GPU, and CPU-only pods are steered to nodes without free GPU."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ from scheduler.plugins.gpu_fragmentation import (
     GRID,
     NEUTRAL_POINTS,
     POINTS_PER_GPU,
+    STEER_SHARE,
     GpuFragmentation,
+    IntArray,
     NodeResources,
+    host_share,
     waste_table,
 )
 from scheduler.state.cache import ClusterCache
@@ -93,20 +97,50 @@ def test_abstains_when_every_node_keeps_its_gpus_usable() -> None:
     assert score(plugin, pod_info("small", gpus=1, cpu="1", memory="1Gi"), cache) is None
 
 
-def test_cpu_only_pod_goes_where_it_strands_no_gpu() -> None:
-    # "gpu" has 8 free GPUs and exactly the cpu they need; "cpu" has no GPUs; "full" has its
-    # GPUs taken and cpu to spare.
-    cache = cluster(
-        make_node("gpu", cpu="96", memory="384Gi"),
-        make_node("cpu", gpus=0, cpu="96", memory="384Gi"),
-        make_node("full", cpu="96", memory="384Gi"),
+def gpu_cpu_full(cpu: str, memory: str) -> ClusterCache:
+    """ "gpu" with 8 free GPUs, "cpu" without GPUs, "full" with its 8 GPUs taken; each with
+    `cpu` and `memory`."""
+    return cluster(
+        make_node("gpu", cpu=cpu, memory=memory),
+        make_node("cpu", gpus=0, cpu=cpu, memory=memory),
+        make_node("full", cpu=cpu, memory=memory),
         pods=[make_pod("hog", gpus=8, cpu="8", memory="8Gi", node="full")],
     )
+
+
+def test_cpu_only_pod_goes_where_it_strands_no_gpu() -> None:
+    # "gpu" has exactly the cpu its 8 GPUs need; "full" has cpu to spare
+    cache = gpu_cpu_full("96", "384Gi")
     plugin = trained(TYPICAL)
     points = points_by_node(plugin, pod_info("cpu-only", gpus=0, cpu="24", memory="8Gi"), cache)
     assert points["cpu"] == points["full"] == NEUTRAL_POINTS
-    # 72 cores left for 8 GPUs, 9 each of the 11 a GPU pod needs: 8 * 2/11 GPUs short.
-    assert points["gpu"] == pytest.approx(NEUTRAL_POINTS - 8 * 2 / 11 * POINTS_PER_GPU, abs=1.0)
+    # 72 cores left for 8 GPUs, 9 each of the 11 a GPU pod needs: 8 * 2/11 GPUs short; and
+    # the steering: a quarter of the free cpu beside 8 free GPUs is 2 GPUs' cpu.
+    short = 8 * 2 / 11 + STEER_SHARE * 2
+    assert points["gpu"] == pytest.approx(NEUTRAL_POINTS - short * POINTS_PER_GPU, abs=1.0)
+
+
+def test_cpu_only_pods_are_steered_off_free_gpus_where_nothing_is_stranded() -> None:
+    cache = gpu_cpu_full("192", "768Gi")  # cpu and memory to spare: nothing stranded anywhere
+    plugin = trained(TYPICAL)
+    small = pod_info("small", gpus=0, cpu="12", memory="8Gi")
+    points = points_by_node(plugin, small, cache)
+    assert points["cpu"] == points["full"] == NEUTRAL_POINTS
+    # 12 of 192 cores beside 8 free GPUs: half a GPU's cpu, a quarter of it counted
+    steer = STEER_SHARE * 8 * 12 / 192
+    assert points["gpu"] == pytest.approx(NEUTRAL_POINTS - steer * POINTS_PER_GPU, abs=0.01)
+    unsteered = GpuFragmentation(steer_cpu_only=False)
+    unsteered.learn(TYPICAL)
+    assert score(unsteered, small, cache) is None  # no waste anywhere: no preference
+    # a GPU pod is not steered
+    assert score(plugin, pod_info("gpu-pod", gpus=1, cpu="1", memory="1Gi"), cache) is None
+
+
+def test_host_share_counts_the_gpus_whose_cpu_or_memory_a_pod_takes() -> None:
+    free = np.array([[8, 0, 2.5], [64_000, 64_000, 0], [512.0, 64.0, 100.0]], dtype=np.float32)
+    request = np.array([0, 16_000, 32.0], dtype=np.float32)
+    # 8 GPUs, a quarter of the cpu; no GPU; no cpu left at all (the pod does not fit): capped
+    assert host_share(free, request).tolist() == pytest.approx([2.0, 0.0, 2.5])
 
 
 def test_cpu_heavy_gpu_pod_goes_where_cpu_is_left_over() -> None:
@@ -196,6 +230,79 @@ def test_states_are_rebuilt_when_old_ones_pile_up() -> None:
     assert nodes.generation > generation  # 4 states for 1 row: started over
     assert nodes.count <= 2
     assert nodes.free[1, nodes.state_of_row[0]] == 61_000  # free cpu: 64 - 3 cores
+
+
+# -- shared GPUs --------------------------------------------------------------------------------
+
+
+class FixedShares:
+    """`SharedGpus` of plain data: a room per row, one share for every pod."""
+
+    def __init__(self, room: list[int], share: int = 0) -> None:
+        self.rooms: IntArray = np.array(room, dtype=np.int64)
+        self.milli = share
+
+    def room(self, snapshot: Snapshot) -> IntArray:
+        return self.rooms
+
+    def share(self, pod: PodInfo, snapshot: Snapshot, state: CycleState) -> int:
+        return self.milli
+
+
+def test_room_on_shared_gpus_counts_as_free_gpu() -> None:
+    # both nodes have all 8 GPUs taken by pods holding shares; "shared" has 4 GPUs' worth of
+    # room left on them, "cpu" has no GPU at all: to the whole-GPU score they looked alike
+    cache = cluster(
+        make_node("shared", cpu="96", memory="384Gi"),
+        make_node("cpu", gpus=0, cpu="96", memory="384Gi"),
+        pods=[make_pod("sharers", gpus=8, cpu="8", memory="8Gi", node="shared")],
+    )
+    cpu_only = pod_info("cpu-only", gpus=0, cpu="64", memory="8Gi")
+    whole_only = GpuFragmentation(steer_cpu_only=False)
+    whole_only.learn(TYPICAL)
+    assert score(whole_only, cpu_only, cache) is None
+    plugin = GpuFragmentation(shared=FixedShares([4000, 0]), steer_cpu_only=False)
+    plugin.learn(TYPICAL)
+    points = points_by_node(plugin, cpu_only, cache)
+    # 88 cores beside 4 GPUs' room, 22 each; after the pod 24 cores, 6 each of the 11 needed
+    assert points["cpu"] == NEUTRAL_POINTS
+    assert points["shared"] == pytest.approx(NEUTRAL_POINTS - 4 * 5 / 11 * POINTS_PER_GPU, abs=1)
+
+
+def test_a_share_takes_its_thousandths_and_is_learned_per_gpus_worth() -> None:
+    cache = cluster(
+        make_node("a", gpus=1, domains="0", cpu="8", memory="64Gi"),
+        make_node("b", gpus=1, domains="0", cpu="8", memory="64Gi"),
+        pods=[make_pod("sharer", gpus=1, cpu="2", memory="8Gi", node="b")],
+    )
+    shares = FixedShares([0, 500], share=250)
+    plugin = GpuFragmentation(shared=shares)
+    share_pod = pod_info("share", gpus=0, cpu="2", memory="8Gi")
+    # learned from a share alone (2 cores for a quarter GPU: 8 per GPU's worth), then scored:
+    # a: 1 GPU and 8 cores -> 0.75 GPU and 6 cores, 8 per GPU: nothing stranded either way;
+    # b: half a GPU and 6 cores (12 per GPU) -> a quarter and 4 cores (16 per GPU): neither
+    assert score(plugin, share_pod, cache) is None
+    assert plugin.ready
+    shares.milli = 0
+    plugin.learn(pod_info("whole", gpus=1, cpu="8", memory="8Gi"))  # 8 per GPU as well
+    thin = pod_info("thin", gpus=0, cpu="4", memory="1Gi")
+    plugin.steer_cpu_only = False
+    points = points_by_node(plugin, thin, cache)
+    # a: 1 GPU, 8 -> 4 cores, 4 per GPU: half of it short; b: half a GPU's room, 6 -> 2
+    # cores, 4 per GPU: half of the half short
+    assert points["a"] == pytest.approx(NEUTRAL_POINTS - 0.5 * POINTS_PER_GPU, abs=0.5)
+    assert points["b"] == pytest.approx(NEUTRAL_POINTS - 0.25 * POINTS_PER_GPU, abs=0.5)
+
+
+def test_the_room_is_part_of_the_state() -> None:
+    cache = cluster(make_node("a", gpus=2, domains="0-1", cpu="64", memory="64Gi"))
+    nodes = NodeResources()
+    nodes.refresh(Snapshot(cache), CycleState(), np.array([250], dtype=np.int64))
+    assert nodes.free[0, nodes.state_of_row[0]] == pytest.approx(2.25)
+    nodes.refresh(Snapshot(cache), CycleState(), np.array([750], dtype=np.int64))
+    assert nodes.free[0, nodes.state_of_row[0]] == pytest.approx(2.75)
+    nodes.refresh(Snapshot(cache), CycleState())  # no room anywhere any more
+    assert nodes.free[0, nodes.state_of_row[0]] == 2
 
 
 # -- configuration -----------------------------------------------------------------------------

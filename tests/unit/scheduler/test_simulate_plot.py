@@ -120,6 +120,12 @@ def test_plot_flag_errors_are_one_line_before_any_work(
     )
     assert not (tmp_path / "g.png").exists()
 
+    code, out, err = run_cli([*argv, "--shares", "--plot", str(tmp_path / "s.png")], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        "gpu-scheduler simulate: --plot draws whole-GPU simulations; not available with --shares\n"
+    )
+
 
 def test_without_matplotlib_plot_says_how_to_install_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
