@@ -20,4 +20,11 @@ import circles between modules and between packages):
 
 `reclaim`, `topology` and `metrics` import nothing from `scheduler`. docs/architecture.md says
 where a pod is parsed, queued, placed, bound, where a victim is chosen and a gang planned.
+
+Importing the package defers kubernetes_asyncio's generated classes until they are used
+(`scheduler.kube.lazy_client`): it must happen before anything imports kubernetes_asyncio.
 """
+
+from scheduler.kube.lazy_client import defer_generated_client
+
+defer_generated_client()

@@ -42,7 +42,7 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from kubernetes_asyncio import client
@@ -64,8 +64,6 @@ from metrics.scheduling import SchedulingMetrics
 from metrics.server import make_app, start_server
 from reclaim.prometheus import PrometheusClient
 from reclaim.promql import LabelNames
-from scheduler.admission.certs import self_signed_context, serving_context
-from scheduler.admission.server import AdmissionWebhooks
 from scheduler.config import MetricsServingConfig, SchedulerConfig, split_host_port
 from scheduler.core.accounting_task import GpuAccounting
 from scheduler.core.allocation import allocation_tracker
@@ -87,7 +85,8 @@ from scheduler.kube.events import EventRecorder
 from scheduler.kube.informer import Informer, InformerOptions
 from scheduler.kube.leader import AlwaysLeader, Elector, LeaderElector, LeadershipLost
 from scheduler.kube.podgroups import list_pod_groups
-from scheduler.model.objects import PodInfo, trim_node, trim_pod
+from scheduler.model.objects import PodInfo
+from scheduler.model.stored import trim_node, trim_pod
 from scheduler.model.volumes import ClaimHandler, ClassHandler, VolumeHandler
 from scheduler.postfilter.gang_reclaim import GangReclaimer
 from scheduler.postfilter.nominated_node import NominatedNode
@@ -104,6 +103,9 @@ from scheduler.state.dra_handlers import (
     ResourceSliceHandler,
 )
 from scheduler.state.readings import domain_gpus
+
+if TYPE_CHECKING:
+    from scheduler.admission.server import AdmissionWebhooks
 
 log = structlog.get_logger("gpu-scheduler.daemon")
 
@@ -132,6 +134,8 @@ def metrics_tls(serving: MetricsServingConfig, host: str) -> ssl.SSLContext | No
     one without `--tls-cert-file`); None when `serving.secure` is off."""
     if not serving.secure:
         return None
+    from scheduler.admission.certs import self_signed_context, serving_context
+
     if serving.cert_file is not None and serving.key_file is not None:
         return serving_context(serving.cert_file, serving.key_file)
     return self_signed_context([socket.gethostname(), "localhost", "127.0.0.1", host])
@@ -266,7 +270,7 @@ class Daemon:
             ),
             *self._dra_informers(api_client),
         ]
-        self.admission = AdmissionWebhooks(settings, api_client)
+        self._admission: AdmissionWebhooks | None = None
         self.conflicts = ConflictMonitor(self.cache, self.recorder, self.elector, self.synced)
         self.accounting = GpuAccounting.from_settings(settings, self.cache)
         self.accounting.collector.register(self.metrics_registry)
@@ -314,6 +318,17 @@ class Daemon:
                 optional,
             ),
         ]
+
+    @property
+    def admission(self) -> AdmissionWebhooks:
+        """The admission webhooks (`scheduler.admission.server`), made when first asked for:
+        kopf and cryptography (about 10 MiB resident) are imported only when webhooks are on
+        (or the metrics server makes its own certificate)."""
+        if self._admission is None:
+            from scheduler.admission.server import AdmissionWebhooks
+
+            self._admission = AdmissionWebhooks(self.settings, self.api_client)
+        return self._admission
 
     # -- state ---------------------------------------------------------------------------------
 

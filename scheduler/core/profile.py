@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.config import SchedulerConfig
-from scheduler.dra.cel import CelSelectors
+from scheduler.dra.cel_on_demand import CelOnDemand
 from scheduler.framework.interface import ScorePlugin
 from scheduler.framework.runtime import Framework
 from scheduler.plugins.dynamic_resources import DynamicResources
@@ -32,7 +32,7 @@ def default_framework(settings: SchedulerConfig) -> Framework:
     affinity = NodeAffinity(weight=scoring.preferred_affinity_weight)
     pod_affinity = InterPodAffinity(weight=scoring.preferred_affinity_weight)
     spread = PodTopologySpread()
-    claims = DynamicResources(CelSelectors(), settings.dra.nvlink_domain_attribute, scoring.weights)
+    claims = DynamicResources(CelOnDemand(), settings.dra.nvlink_domain_attribute, scoring.weights)
     sharing = ReplicaPlacement(
         settings.sharing.time_sliced_placement,
         settings.sharing.weight,

@@ -20,6 +20,7 @@ eviction, events, status patches) need not know about it.
 
 from __future__ import annotations
 
+import asyncio.sslproto
 import contextvars
 import math
 import time
@@ -49,6 +50,12 @@ CONNECTION_POOL_SIZE = 64
 """Connections kept open to the API server (binds, evictions and watches run side by side)."""
 READ_BUFSIZE = 2**21
 """aiohttp's read buffer, as kubernetes_asyncio sets it (watch events of large objects)."""
+TLS_READ_BUFFER = 32 * 1024
+"""Bytes asyncio's TLS transport reads from the socket at a time, and keeps allocated for every
+TLS connection (`asyncio.sslproto.SSLProtocol.max_size`): 256 KiB by default. The client holds
+up to `CONNECTION_POOL_SIZE` connections to the API server (every watch keeps one), so the
+default costs 16 MiB of buffers that hold a few KB at a time. 32 KiB is two TLS records per read;
+reading a large list costs no more CPU (docs/benchmarks.md, "Memory")."""
 
 
 @dataclass
@@ -243,6 +250,12 @@ def _log_done(write: _Write, status: int, started: float) -> None:
     )
 
 
+def limit_tls_read_buffer(size: int = TLS_READ_BUFFER) -> None:
+    """Make asyncio's TLS read buffer `size` bytes for every TLS connection this process makes
+    or accepts from now on (the metrics and webhook servers' too): see `TLS_READ_BUFFER`."""
+    asyncio.sslproto.SSLProtocol.max_size = size
+
+
 def fence_of(api_client: client.ApiClient | None) -> WriteFence | None:
     """The write fence of `api_client` (None for a client not made by `api_client_for`)."""
     fence = getattr(api_client, "fence", None)
@@ -252,7 +265,8 @@ def fence_of(api_client: client.ApiClient | None) -> WriteFence | None:
 async def api_client_for(kubeconfig: str | None, context: str | None = None) -> FencedApiClient:
     """An API client from a kubeconfig file (its `context`, default its current-context), or from
     the pod's service account when None; its writes pass an (unarmed) `WriteFence`,
-    `client.fence`."""
+    `client.fence`. Sets the process's TLS read buffer (`limit_tls_read_buffer`) first."""
+    limit_tls_read_buffer()
     configuration = client.Configuration()
     if kubeconfig:
         await config.load_kube_config(

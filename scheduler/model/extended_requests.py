@@ -35,7 +35,7 @@ def is_dra_extended_resource_name(name: str) -> bool:
     return not (name.startswith("kubernetes.io/") or ".kubernetes.io/" in name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerRequests:
     """One container (init containers first, then the containers) that requests at least one
     DRA-servable extended resource."""

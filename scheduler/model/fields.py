@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     pass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FieldError:
     """A problem with one field of an object, worded for an Event."""
 
@@ -31,7 +31,7 @@ class FieldError:
         return f"{self.field}: {self.message}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Toleration:
     key: str
     operator: str  # "Equal" or "Exists"
@@ -39,7 +39,7 @@ class Toleration:
     effect: str  # "" matches every effect
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Taint:
     key: str
     value: str
@@ -49,14 +49,14 @@ class Taint:
         return f"{{{self.key}: {self.value}}}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SelectorRequirement:
     key: str
     operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
     values: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeSelectorTerm:
     """matchExpressions over labels and matchFields (only metadata.name exists) ANDed."""
 

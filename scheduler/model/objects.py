@@ -84,7 +84,7 @@ NVLINK_POLICIES = ("preferred", "required")
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     """One pod, parsed. `errors` non-empty means: report, do not schedule."""
 
@@ -155,7 +155,7 @@ class PodInfo:
         return self.bound and not self.finished
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """One node, parsed."""
 
@@ -363,7 +363,7 @@ def _gang_of(
     return kueue_pod_group(coscheduling_pod_group(key, _pod_group(spec, errors), labels), labels)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodRef:
     """What a deleted pod's bookkeeping needs: its identity and gang, read without parsing the
     rest of the pod (`pod_ref`)."""
@@ -391,40 +391,6 @@ def pod_ref(obj: Mapping[str, Any]) -> PodRef:
         uid=text_of(metadata.get("uid") or ""),
         pod_group=_gang_of(spec, string_map(metadata.get("labels")), key, errors),
     )
-
-
-POD_STATUS_KEPT = ("phase", "conditions", "startTime", "nominatedNodeName", "resourceClaimStatuses")
-"""The Pod status fields an informer store keeps (`trim_pod`): what `parse_pod` and the pod
-handlers read."""
-
-
-NODE_STATUS_KEPT = ("allocatable",)
-"""The Node status fields an informer store keeps (`trim_node`): what `parse_node` and the node
-handler read; conditions, images, addresses and nodeInfo go."""
-
-
-def _trimmed(obj: dict[str, Any], status_kept: tuple[str, ...]) -> dict[str, Any]:
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict):
-        metadata.pop("managedFields", None)
-    status = obj.get("status")
-    if isinstance(status, dict):
-        obj["status"] = {name: status[name] for name in status_kept if name in status}
-    return obj
-
-
-def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    """A Pod's JSON as the pods informer keeps it (`Informer`'s `trim`): metadata.managedFields
-    dropped, status cut to `POD_STATUS_KEPT`; what `parse_pod` returns is unchanged. Modifies
-    `obj` in place and returns it."""
-    return _trimmed(obj, POD_STATUS_KEPT)
-
-
-def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
-    """A Node's JSON as the nodes informer keeps it: metadata.managedFields dropped, status cut
-    to `NODE_STATUS_KEPT`; what `parse_node` returns is unchanged. Modifies `obj` in place and
-    returns it."""
-    return _trimmed(obj, NODE_STATUS_KEPT)
 
 
 def _pod_group(spec: Mapping[str, Any], errors: list[FieldError]) -> str:

@@ -44,7 +44,7 @@ def _echo(value: object) -> str:
     return text if len(text) <= MAX_ECHO else text[: MAX_ECHO - 3] + "..."
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LabelSelector:
     """metav1.LabelSelector: every requirement must hold; no requirement matches everything."""
 
@@ -67,7 +67,7 @@ class LabelSelector:
         return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodAffinityTerm:
     """One term. `selector` None matches no pod; `namespace_selector` None selects no namespace
     by labels (then only `namespaces` count, already defaulted to the owner's namespace)."""

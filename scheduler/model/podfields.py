@@ -30,7 +30,7 @@ Report = Callable[[str, str], None]
 """report(field, message): records one problem with a field."""
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class HostPort:
     """One host port a container binds on its node: (host IP, protocol, port), sanitized as
     kube-scheduler does (an empty IP is 0.0.0.0, an empty protocol is TCP)."""

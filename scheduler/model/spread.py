@@ -35,7 +35,7 @@ E = TypeVar("E")
 msg)`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LabelRequirement:
     key: str
     operator: str  # In, NotIn, Exists, DoesNotExist
@@ -50,7 +50,7 @@ class LabelRequirement:
         return inside if self.operator == "In" else not inside
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodSelector:
     """A label selector; `nothing` is the absent selector, which selects no pod."""
 
@@ -68,7 +68,7 @@ class PodSelector:
         return all(requirement.matches(labels) for requirement in self.requirements)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpreadConstraint:
     max_skew: int
     topology_key: str

@@ -22,9 +22,8 @@ from scheduler.model.objects import (
     parse_node,
     parse_pod,
     pod_ref,
-    trim_node,
-    trim_pod,
 )
+from scheduler.model.stored import trim_node, trim_pod
 from scheduler.state.cache import ClusterCache
 from tests.unit.scheduler.builders import make_node, make_pod
 from tests.unit.scheduler.context import make_context
