@@ -11,13 +11,13 @@ from dataclasses import asdict
 from kubernetes_asyncio import client
 
 from hack.bench.control_plane import (
-    Options,
     node_specs,
     pod_sizes,
     ratios,
     side_by_side,
 )
 from hack.localcluster import LocalCluster
+from tests.bench_runs import isolated_run
 from tests.scheduling import TEST_LABEL, make_nodes
 
 PODS = 20
@@ -32,13 +32,12 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
     suffix = namespace[-6:]
     specs = node_specs(12, prefix=f"n{suffix}-", labels={TEST_LABEL: namespace})
     await make_nodes(core_api, specs)
-    options = Options(
+    options = isolated_run(
+        namespace,
+        "bench",
         pods=PODS,
         mix=MIX,
         settle_s=5.0,
-        node_selector={TEST_LABEL: namespace},
-        gpu_scheduler_name=namespace,
-        namespace_prefix=f"bench-{suffix}",
     )
 
     results = await side_by_side(cluster, api_client, specs, options)
@@ -82,13 +81,12 @@ async def test_steady_rate_and_a_variant_run_side_by_side(
     suffix = namespace[-6:]
     specs = node_specs(12, prefix=f"r{suffix}-", labels={TEST_LABEL: namespace})
     await make_nodes(core_api, specs)
-    options = Options(
+    options = isolated_run(
+        namespace,
+        "rate",
         pods=PODS,
         mix=MIX,
         settle_s=5.0,
-        node_selector={TEST_LABEL: namespace},
-        gpu_scheduler_name=namespace,
-        namespace_prefix=f"rate-{suffix}",
         rates=(40.0,),
         burst=False,
         variants=(("cap16", {"binding": {"qps": 0, "concurrency": 16}}),),
@@ -121,13 +119,12 @@ async def test_churn_in_the_plain_mode_binds_every_pod_into_gpus_freed_by_delete
     suffix = namespace[-6:]
     specs = node_specs(3, prefix=f"c{suffix}-", labels={TEST_LABEL: namespace})
     await make_nodes(core_api, specs)
-    options = Options(
+    options = isolated_run(
+        namespace,
+        "churn",
         pods=CHURN_PODS,
         mix=MIX,
         settle_s=20.0,
-        node_selector={TEST_LABEL: namespace},
-        gpu_scheduler_name=namespace,
-        namespace_prefix=f"churn-{suffix}",
         rates=(8.0,),
         burst=False,
         lifetime=1.0,

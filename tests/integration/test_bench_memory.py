@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
-from hack.bench.control_plane import Options, node_specs
+from hack.bench.control_plane import node_specs
 from hack.bench.memory import REPO_ROOT
 from hack.bench.memory_child import PHASES
 from hack.bench.memory_runtime import measure_daemons
 from hack.bench.memory_sites import GROUPINGS
 from hack.localcluster import LocalCluster
+from tests.bench_runs import isolated_run
 from tests.scheduling import TEST_LABEL, make_nodes
 
 PODS = 8
@@ -28,14 +29,7 @@ async def test_phases_are_recorded_and_the_traced_run_is_grouped(
     suffix = namespace[-6:]
     specs = node_specs(6, prefix=f"m{suffix}-", labels={TEST_LABEL: namespace})
     await make_nodes(core_api, specs)
-    options = Options(
-        pods=PODS,
-        mix=MIX,
-        settle_s=5.0,
-        node_selector={TEST_LABEL: namespace},
-        gpu_scheduler_name=namespace,
-        namespace_prefix=f"mem-{suffix}",
-    )
+    options = isolated_run(namespace, "mem", pods=PODS, mix=MIX, settle_s=5.0)
     runs = [("plain", REPO_ROOT, 0), ("traced", REPO_ROOT, 4)]
 
     plain, traced = await measure_daemons(cluster, api_client, specs, options, runs)
