@@ -31,6 +31,18 @@ class Binaries:
     prometheus: Path
 
 
+def run_build_script(flag: str) -> str | None:
+    """Run `hack/build-binaries.sh flag` (its output discarded): None when it succeeded, else
+    the last 3,000 characters of what it wrote to stderr."""
+    result = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), flag],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return None if result.returncode == 0 else result.stderr[-3000:]
+
+
 def pinned_versions() -> dict[str, str]:
     """The KEY=VALUE pairs of hack/versions.env."""
     versions: dict[str, str] = {}

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from hack.localcluster.binaries import BUILD_SCRIPT, cache_dir, pinned_versions
+from hack.localcluster.binaries import cache_dir, pinned_versions, run_build_script
 from hack.localcluster.cluster import REPO_ROOT
 
 CHART = REPO_ROOT / "charts" / "gpu-scheduler"
@@ -38,14 +38,9 @@ def helm_binary(build: bool = True) -> Path:
     build takes minutes). Raises HelmError when it is still missing."""
     path = cache_dir() / "bin" / f"helm-{pinned_versions()['HELM_VERSION']}" / "helm"
     if not os.access(path, os.X_OK) and build:
-        result = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), "--helm"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise HelmError(f"building helm failed:\n{result.stderr[-3000:]}")
+        failed = run_build_script("--helm")
+        if failed is not None:
+            raise HelmError(f"building helm failed:\n{failed}")
     if not os.access(path, os.X_OK):
         raise HelmError(f"helm is not built ({path}); run hack/build-binaries.sh --helm")
     return path

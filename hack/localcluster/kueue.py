@@ -44,7 +44,6 @@ import base64
 import copy
 import json
 import os
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -55,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from hack.localcluster.binaries import BUILD_SCRIPT, cache_dir, pinned_versions
+from hack.localcluster.binaries import cache_dir, pinned_versions, run_build_script
 from hack.localcluster.cluster import LocalCluster, free_port
 from hack.localcluster.dra import GPU_CLASS
 from hack.localcluster.pki import Pki, issue_serving_cert
@@ -117,14 +116,9 @@ def kueue_files(build: bool = True) -> KueueFiles:
     folder = cache_dir() / "bin" / f"kueue-{pinned_versions()['KUEUE_VERSION']}"
     files = KueueFiles(folder / "kueue", folder / "crds", folder / "webhooks.yaml")
     if files.missing() and build:
-        result = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), "--kueue"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise KueueError(f"building Kueue failed:\n{result.stderr[-3000:]}")
+        failed = run_build_script("--kueue")
+        if failed is not None:
+            raise KueueError(f"building Kueue failed:\n{failed}")
     absent = files.missing()
     if absent:
         raise KueueError(
