@@ -167,6 +167,9 @@ POD_SIZES = (1, 2, 4, 8)
 DEFAULT_MIX = (0.4, 0.3, 0.2, 0.1)
 NOBODY = "bench-nobody"
 KUBE_SCHEDULER = "default-scheduler"
+KUBE_DEFAULTS = "kube-defaults"
+"""The run label, component and scheduler name of the kube-scheduler at its own client limits."""
+BASELINES = ("kube-scheduler", KUBE_DEFAULTS)
 KWOK_SELECTOR: Mapping[str, str] = {"type": "kwok"}
 SAMPLE_INTERVAL_S = 0.25
 POLL_INTERVAL_S = 0.1
@@ -224,6 +227,10 @@ class Options:
     (`hack.bench.dra_shares`)."""
     share_sizes: tuple[int, ...] = ()
     """With `shared`: the sizes (Gi) shares are drawn from; empty: the openb trace's."""
+    kube_defaults: bool = False
+    """One more kube-scheduler run per mode: a second kube-scheduler (profile `kube-defaults`)
+    at its own client defaults, qps 50 and burst 100, so that each scheduler is also measured
+    at its defaults."""
 
     def dra_pods(self) -> DraPods:
         """What each pod of the set asks for in the DRA mode."""
@@ -928,7 +935,36 @@ async def side_by_side(
                 slug=f"kube-{tag}",
             )
         )
+        if options.kube_defaults:
+            results.append(await run_kube_defaults(cluster, api, sizes, topologies, options, rate))
     return results
+
+
+async def run_kube_defaults(
+    cluster: LocalCluster,
+    api: client.ApiClient,
+    sizes: Sequence[int],
+    topologies: Mapping[str, NodeTopology],
+    options: Options,
+    rate: float | None,
+) -> RunResult:
+    """The run of a second kube-scheduler at its own client defaults (`Options.kube_defaults`),
+    started for this run and stopped after it."""
+    component = cluster.start_kube_scheduler(KUBE_DEFAULTS, KUBE_DEFAULTS, client_defaults=True)
+    try:
+        return await run_pods(
+            api,
+            KUBE_DEFAULTS,
+            KUBE_DEFAULTS,
+            sizes,
+            topologies,
+            options,
+            ProcessMeter(component.process.pid),
+            rate=rate,
+            slug=f"kubedef-{mode_name(rate).replace('/s', 'ps')}",
+        )
+    finally:
+        component.stop()
 
 
 async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
@@ -956,7 +992,9 @@ async def bench_nodes(node_count: int, options: Options) -> list[RunResult]:
 
 def ratios(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     """Per node count, mode and gpu-scheduler run (the default one and each variant):
-    gpu-scheduler / kube-scheduler, and each / ceiling (None without a ceiling run)."""
+    gpu-scheduler / kube-scheduler, and each / ceiling (None without a ceiling run); with a
+    `kube-defaults` run, one more row: gpu-scheduler at its defaults / kube-scheduler at its
+    own. `baseline` names the kube-scheduler run of the row."""
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a is not None and b else None
@@ -965,15 +1003,19 @@ def ratios(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     groups = dict.fromkeys((r.nodes, r.mode) for r in results)
     for nodes, mode in groups:
         by_run = {r.run: r for r in results if (r.nodes, r.mode) == (nodes, mode)}
-        ceiling, theirs = by_run.get("ceiling"), by_run["kube-scheduler"]
+        ceiling = by_run.get("ceiling")
         ceiling_rate = ceiling.pods_per_s if ceiling is not None else None
-        ours_runs = [r for r in by_run.values() if r.run not in ("ceiling", "kube-scheduler")]
-        for ours in ours_runs:
+        ours_runs = [r for r in by_run.values() if r.run not in ("ceiling", *BASELINES)]
+        pairs = [(ours, by_run["kube-scheduler"]) for ours in ours_runs]
+        if KUBE_DEFAULTS in by_run and "gpu-scheduler" in by_run:
+            pairs.append((by_run["gpu-scheduler"], by_run[KUBE_DEFAULTS]))
+        for ours, theirs in pairs:
             rows.append(
                 {
                     "nodes": nodes,
                     "mode": mode,
                     "run": ours.run,
+                    "baseline": theirs.run,
                     "gpu_vs_kube_pods_per_s": ratio(ours.pods_per_s, theirs.pods_per_s),
                     "gpu_vs_kube_p50": ratio(ours.p50_ms, theirs.p50_ms),
                     "gpu_vs_kube_p99": ratio(ours.p99_ms, theirs.p99_ms),
@@ -1031,13 +1073,13 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
         )
     for row in ratios(results):
         print(
-            f"{row['nodes']} nodes, {row['mode']}: {row['run']} / kube-scheduler: "
+            f"{row['nodes']} nodes, {row['mode']}: {row['run']} / {row['baseline']}: "
             f"pods/s {_cell(row['gpu_vs_kube_pods_per_s'], 2)}x, "
             f"p50 {_cell(row['gpu_vs_kube_p50'], 2)}x, p99 {_cell(row['gpu_vs_kube_p99'], 2)}x, "
             f"CPU/pod {_cell(row['gpu_vs_kube_cpu_per_pod'], 2)}x, "
             f"peak RSS {_cell(row['gpu_vs_kube_peak_rss'], 2)}x; / ceiling pods/s: "
             f"{row['run']} {_cell(row['gpu_vs_ceiling_pods_per_s'], 2)}x, "
-            f"kube-scheduler {_cell(row['kube_vs_ceiling_pods_per_s'], 2)}x"
+            f"{row['baseline']} {_cell(row['kube_vs_ceiling_pods_per_s'], 2)}x"
         )
         speed, cpu = row["gpu_vs_kube_pods_per_s"], row["gpu_vs_kube_cpu_per_pod"]
         print(
@@ -1126,6 +1168,11 @@ def main(argv: list[str] | None = None) -> int:
         help="after the table: every run's pending pods by kind and reason, and where the "
         "other runs placed them",
     )
+    parser.add_argument(
+        "--kube-defaults",
+        action="store_true",
+        help="one more kube-scheduler run per mode at its own client defaults (qps 50, burst 100)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle-seconds", type=float, default=15.0)
     parser.add_argument("--create-concurrency", type=int, default=32)
@@ -1167,6 +1214,7 @@ def main(argv: list[str] | None = None) -> int:
         dra_extended=args.dra_extended,
         shared=args.shared,
         share_sizes=share_sizes,
+        kube_defaults=args.kube_defaults,
         lifetime=args.lifetime,
         trees=tuple((label, path) for label, _, path in (t.partition(":") for t in args.tree)),
         variants=tuple(

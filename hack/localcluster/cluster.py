@@ -49,7 +49,7 @@ import yaml
 from hack.localcluster import kwok_stages, prometheus
 from hack.localcluster.binaries import Binaries, ensure_binaries
 from hack.localcluster.pki import Pki, write_pki
-from hack.localcluster.processes import ProcessGroup
+from hack.localcluster.processes import Component, ProcessGroup
 from hack.localcluster.realnode import RealNode, host_ip
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -362,9 +362,10 @@ class LocalCluster:
             ],
         )
 
-    def _start_secure_component(self, name: str, binary: Path, args: list[str]) -> None:
+    def _start_secure_component(self, name: str, binary: Path, args: list[str]) -> Component:
         """Start a component that serves /healthz over HTTPS and authenticates with the admin
-        kubeconfig (kube-controller-manager, kube-scheduler), and wait until it is healthy."""
+        kubeconfig (kube-controller-manager, kube-scheduler), wait until it is healthy, and
+        return it."""
         port = free_port()
         kubeconfig = str(self.kubeconfig)
         component = self.processes.start(
@@ -386,6 +387,7 @@ class LocalCluster:
             lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure),
             READY_TIMEOUT_S,
         )
+        return component
 
     def _start_kwok(self) -> None:
         assert self.binaries is not None
@@ -416,26 +418,35 @@ class LocalCluster:
         )
 
     def _start_kube_scheduler(self) -> None:
+        self.start_kube_scheduler()
+
+    def start_kube_scheduler(
+        self,
+        name: str = "kube-scheduler",
+        scheduler_name: str | None = None,
+        client_defaults: bool = False,
+    ) -> Component:
+        """Start a kube-scheduler (leader election off) as the component `name` and return it
+        once healthy. `scheduler_name` names its one profile (None: kube-scheduler's default,
+        `default-scheduler`). Its client's rate limit is `ClusterConfig.client_qps` (burst twice
+        that), or with `client_defaults` kube-scheduler's own (qps 50, burst 100)."""
         assert self.binaries is not None
-        kubeconfig = str(self.kubeconfig)
-        config = self.work_dir / "kube-scheduler.yaml"
         qps = self.config.client_qps
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {
-                        "kubeconfig": kubeconfig,
-                        "qps": qps,
-                        "burst": 2 * qps,
-                    },
-                    "leaderElection": {"leaderElect": False},
-                }
-            )
-        )
-        self._start_secure_component(
-            "kube-scheduler",
+        connection: dict[str, object] = {"kubeconfig": str(self.kubeconfig)}
+        if not client_defaults:
+            connection.update(qps=qps, burst=2 * qps)
+        document: dict[str, object] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": connection,
+            "leaderElection": {"leaderElect": False},
+        }
+        if scheduler_name is not None:
+            document["profiles"] = [{"schedulerName": scheduler_name}]
+        config = self.work_dir / f"{name}.yaml"
+        config.write_text(yaml.safe_dump(document))
+        return self._start_secure_component(
+            name,
             self.binaries.kube_scheduler,
             [f"--config={config}", f"--feature-gates={FEATURE_GATES}"],
         )

@@ -62,6 +62,7 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
         "nodes",
         "mode",
         "run",
+        "baseline",
         "gpu_vs_kube_pods_per_s",
         "gpu_vs_kube_p50",
         "gpu_vs_kube_p99",
@@ -77,7 +78,9 @@ async def test_steady_rate_and_a_variant_run_side_by_side(
     cluster: LocalCluster, api_client: client.ApiClient, core_api: client.CoreV1Api, namespace: str
 ) -> None:
     """A steady arrival mode only, with one gpu-scheduler variant (no rate limit, 16 binds in
-    flight): four runs, each binds every pod; the ratios have one row per gpu-scheduler run."""
+    flight) and a second kube-scheduler at its client defaults: five runs, each binds every pod;
+    the ratios have one row per gpu-scheduler run against kube-scheduler, and one of
+    gpu-scheduler against the kube-scheduler at its defaults."""
     suffix = namespace[-6:]
     specs = node_specs(12, prefix=f"r{suffix}-", labels={TEST_LABEL: namespace})
     await make_nodes(core_api, specs)
@@ -90,6 +93,7 @@ async def test_steady_rate_and_a_variant_run_side_by_side(
         rates=(40.0,),
         burst=False,
         variants=(("cap16", {"binding": {"qps": 0, "concurrency": 16}}),),
+        kube_defaults=True,
     )
 
     results = await side_by_side(cluster, api_client, specs, options)
@@ -99,12 +103,15 @@ async def test_steady_rate_and_a_variant_run_side_by_side(
         ("gpu-scheduler", "40/s"),
         ("cap16", "40/s"),
         ("kube-scheduler", "40/s"),
+        ("kube-defaults", "40/s"),
     ]
     for result in results:
         assert (result.bound, result.pending) == (PODS, 0), result
-    assert [(row["mode"], row["run"]) for row in ratios(results)] == [
-        ("40/s", "gpu-scheduler"),
-        ("40/s", "cap16"),
+    assert results[-1].cpu_s_per_1000_pods is not None and results[-1].peak_rss_mib
+    assert [(row["mode"], row["run"], row["baseline"]) for row in ratios(results)] == [
+        ("40/s", "gpu-scheduler", "kube-scheduler"),
+        ("40/s", "cap16", "kube-scheduler"),
+        ("40/s", "gpu-scheduler", "kube-defaults"),
     ]
 
 

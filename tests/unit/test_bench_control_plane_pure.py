@@ -126,3 +126,20 @@ def test_feature_manifests_are_pods_and_podgroups_the_scheduler_accepts() -> Non
     for gang, members in gang_sizes(kinds).items():
         group = parse_pod_group({**pod_group_manifest(gang, members), "metadata": {"name": gang}})
         assert group.errors == () and group.gang and group.min_count == members
+
+
+def test_ratios_add_a_row_of_each_at_its_defaults_with_a_kube_defaults_run() -> None:
+    """With a kube-scheduler at its client defaults in the mode, gpu-scheduler's default run is
+    compared with it too; the variants only with kube-scheduler at the benchmark's QPS."""
+    runs = [
+        result("gpu-scheduler", "burst", 60.0, 40.0),
+        result("qps400", "burst", 90.0, 20.0),
+        result("kube-scheduler", "burst", 80.0, 20.0),
+        result("kube-defaults", "burst", 30.0, 80.0),
+    ]
+    rows = [(r["run"], r["baseline"], r["gpu_vs_kube_pods_per_s"]) for r in ratios(runs)]
+    assert rows == [
+        ("gpu-scheduler", "kube-scheduler", pytest.approx(0.75)),
+        ("qps400", "kube-scheduler", pytest.approx(1.125)),
+        ("gpu-scheduler", "kube-defaults", pytest.approx(2.0)),
+    ]
