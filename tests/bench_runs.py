@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hack.bench.control_plane import Options
+from hack.bench.control_plane_model import Options
 from tests.scheduling import TEST_LABEL
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hack.bench.control_plane import node_specs, pod_manifest, pod_name, pod_sizes
+from hack.bench.control_plane_model import node_specs, pod_manifest, pod_name, pod_sizes
 from hack.bench.feature_workload import feature_kinds, with_features
 from hack.localcluster.nodes import node_manifest
 from scheduler.config import SchedulerConfig

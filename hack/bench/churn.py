@@ -5,7 +5,7 @@ pods deleted while others arrive, and the timeline of binds and releases the NVL
   bound, while the run's pods keep arriving; `deleted` records when each delete was sent.
 - `Step` and `timeline` (pure): the binds and releases of a run merged into one sequence in
   time order, which `hack.bench.dra_workload.dra_quality` and
-  `hack.bench.control_plane.nvlink_quality` replay: a pod takes its GPUs at its bind step and
+  `hack.bench.control_plane_model.nvlink_quality` replay: a pod takes its GPUs at its bind step and
   gives them back at its release step. At equal times a bind goes first: a GPU counts as free
   for a pod only when its release was seen strictly before the pod was bound.
 - `peak_held` (pure): the most GPUs held at once over a timeline, to show how close to the

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hack.bench.control_plane import node_specs, topologies_of
+from hack.bench.control_plane_model import node_specs, topologies_of
 from hack.localcluster import NodeSpec
 from topology.domains import NodeTopology
 

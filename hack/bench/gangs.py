@@ -45,18 +45,15 @@ from typing import Any, cast
 import structlog
 from kubernetes_asyncio import client
 
-from hack.bench.control_plane import (
-    KUBE_SCHEDULER,
-    KWOK_SELECTOR,
-    NODES_READY_TIMEOUT_S,
+from hack.bench.control_plane import NODES_READY_TIMEOUT_S, start_gpu_scheduler
+from hack.bench.control_plane_model import KUBE_SCHEDULER, KWOK_SELECTOR, pod_manifest
+from hack.bench.control_plane_run import (
     POLL_INTERVAL_S,
     BoundPods,
     SeeingHandler,
     clear_namespace,
     expect_ok,
     fresh_namespace,
-    pod_manifest,
-    start_gpu_scheduler,
 )
 from hack.bench.gang_metrics import (
     DEFAULT_BURST_S,

@@ -41,17 +41,9 @@ import yaml
 from kubernetes_asyncio import client
 
 from hack.bench.churn import bind_steps
-from hack.bench.control_plane import (
-    KUBE_SCHEDULER,
-    NODES_READY_TIMEOUT_S,
-    POLL_INTERVAL_S,
-    SeeingHandler,
-    expect_ok,
-    fresh_namespace,
-    nvlink_quality,
-    start_gpu_scheduler,
-    topologies_of,
-)
+from hack.bench.control_plane import NODES_READY_TIMEOUT_S, start_gpu_scheduler
+from hack.bench.control_plane_model import KUBE_SCHEDULER, nvlink_quality, topologies_of
+from hack.bench.control_plane_run import POLL_INTERVAL_S, SeeingHandler, expect_ok, fresh_namespace
 from hack.bench.kueue_metrics import (
     Mix,
     QueuedJob,

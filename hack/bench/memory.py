@@ -24,7 +24,7 @@ election off, default settings) in a child process, which records three phases:
 
 - imported: after the imports, before the API client and the daemon are made;
 - synced: every informer has listed (the nodes; no pods yet);
-- scheduled: the control-plane benchmark's pod set (`hack.bench.control_plane.run_pods`, burst,
+- scheduled: the control-plane benchmark's pod set (`hack.bench.control_plane_run.run_pods`, burst,
   the feature mix with `--features`) was created for it and it bound them (or the run settled
   with some pending), before any is deleted.
 

@@ -21,16 +21,15 @@ import structlog
 import yaml
 from kubernetes_asyncio import client
 
-from hack.bench.control_plane import (
-    NODES_READY_TIMEOUT_S,
+from hack.bench.control_plane import NODES_READY_TIMEOUT_S
+from hack.bench.control_plane_model import (
     Options,
-    ProcessMeter,
     RunResult,
     node_specs,
     pod_sizes,
-    run_pods,
     topologies_of,
 )
+from hack.bench.control_plane_run import ProcessMeter, run_pods
 from hack.bench.memory import child_env, child_process
 from hack.bench.memory_child import PHASES
 from hack.bench.memory_sites import GROUPINGS, Site, growth, snapshot_groupings

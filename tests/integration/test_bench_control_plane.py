@@ -10,12 +10,9 @@ from dataclasses import asdict
 
 from kubernetes_asyncio import client
 
-from hack.bench.control_plane import (
-    node_specs,
-    pod_sizes,
-    ratios,
-    side_by_side,
-)
+from hack.bench.control_plane import side_by_side
+from hack.bench.control_plane_model import node_specs, pod_sizes
+from hack.bench.control_plane_report import ratios
 from hack.localcluster import LocalCluster
 from tests.bench_runs import isolated_run
 from tests.scheduling import TEST_LABEL, make_nodes

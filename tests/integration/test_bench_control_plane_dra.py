@@ -16,7 +16,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from hack.bench.control_plane import Options, pod_sizes, side_by_side
+from hack.bench.control_plane import side_by_side
+from hack.bench.control_plane_model import Options, pod_sizes
 from hack.bench.dra_workload import dra_node_specs, extended_indices
 from hack.localcluster import LocalCluster, NodeSpec, temporary_nodes
 from tests.scheduling import TEST_LABEL

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
-from hack.bench.control_plane import node_specs
+from hack.bench.control_plane_model import node_specs
 from hack.bench.memory import REPO_ROOT
 from hack.bench.memory_child import PHASES
 from hack.bench.memory_runtime import measure_daemons

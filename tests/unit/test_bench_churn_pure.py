@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from hack.bench.churn import Reaper, Step, bind_steps, peak_held, timeline
-from hack.bench.control_plane import BoundPods, RunResult, nvlink_quality, ratios
+from hack.bench.control_plane_model import RunResult, nvlink_quality
+from hack.bench.control_plane_report import ratios
+from hack.bench.control_plane_run import BoundPods
 from topology.domains import parse_domains
 from topology.occupancy import GPUS_ANNOTATION
 

@@ -6,14 +6,9 @@ import math
 
 import pytest
 
-from hack.bench.control_plane import (
-    Options,
-    RunResult,
-    mode_name,
-    overrides_of,
-    pod_manifest,
-    ratios,
-)
+from hack.bench.control_plane import overrides_of
+from hack.bench.control_plane_model import Options, RunResult, mode_name, pod_manifest
+from hack.bench.control_plane_report import ratios
 from hack.bench.feature_workload import (
     GANG,
     GANG_SIZE,

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from hack.bench.control_plane import Options, main, print_table
+from hack.bench.control_plane import main
+from hack.bench.control_plane_model import Options
+from hack.bench.control_plane_report import print_table
 from hack.bench.dra_shares import (
     GIB,
     OPENB_SHARE_MILLI,

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from hack.bench.control_plane import feature_kinds, pod_manifest, with_features
+from hack.bench.control_plane_model import pod_manifest
+from hack.bench.feature_workload import feature_kinds, with_features
 from scheduler.core.handlers import NodeHandler, PodHandler
 from scheduler.core.queue import SchedulingQueue
 from scheduler.gangs.tracker import GangTracker
