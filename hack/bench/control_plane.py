@@ -84,6 +84,8 @@ Measured per run, on this process's monotonic clock:
 - peak RSS: VmHWM of the scheduler process (/proc/<pid>/status) after the run. gpu-scheduler's
   process lives for its run only; kube-scheduler's lives through the whole benchmark, so its
   high-water mark is reset (/proc/<pid>/clear_refs) before its run;
+- API CPU s per 1,000 pods: the same for the kube-apiserver process, every run (the ceiling's
+  too), so that what each scheduler costs the API server is read beside what it costs itself;
 - one domain: of the bound pods asking for 2 or 4 GPUs (no NVLink domain of the seed types holds
   8), the share whose GPUs lie inside one domain: gpu-scheduler's from its `gpu-scheduler.io/gpus`
   annotation; kube-scheduler chooses nodes only, so its pods get the best choice inside the node
@@ -101,6 +103,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -219,11 +222,12 @@ def start_gpu_scheduler(
     return component
 
 
-def kube_scheduler_pid(cluster: LocalCluster) -> int:
+def component_pid(cluster: LocalCluster, name: str) -> int:
+    """The process id of the cluster's running component `name` (kube-scheduler, kube-apiserver)."""
     for component in cluster.processes.components:
-        if component.name == "kube-scheduler" and component.alive():
+        if component.name == name and component.alive():
             return int(component.process.pid)
-    raise RuntimeError("the cluster runs no kube-scheduler")
+    raise RuntimeError(f"the cluster runs no {name}")
 
 
 async def side_by_side(
@@ -234,7 +238,9 @@ async def side_by_side(
 ) -> list[RunResult]:
     """Per mode (`Options.modes`), the runs over the nodes of `specs` (created and Ready):
     ceiling (not under churn: its plan binds each pod once, into room that only shrinks),
-    gpu-scheduler, each variant of it, kube-scheduler."""
+    gpu-scheduler, each variant of it, kube-scheduler; every run with the API server's CPU."""
+    apiserver = ProcessMeter(component_pid(cluster, "kube-apiserver"))
+    run_pods_here = functools.partial(run_pods, apiserver=apiserver)
     topologies = topologies_of(specs)
     sizes = options.sizes()
     capacity = [(name, spec.gpus) for spec in specs for name in spec.node_names()]
@@ -251,7 +257,7 @@ async def side_by_side(
         tag = f"m{mode_index}"
         if options.lifetime is None:
             results.append(
-                await run_pods(
+                await run_pods_here(
                     api,
                     "ceiling",
                     NOBODY,
@@ -271,7 +277,7 @@ async def side_by_side(
             try:
                 meter = ProcessMeter(component.process.pid)
                 results.append(
-                    await run_pods(
+                    await run_pods_here(
                         api,
                         label,
                         options.gpu_scheduler_name,
@@ -285,10 +291,10 @@ async def side_by_side(
                 )
             finally:
                 component.stop()
-        meter = ProcessMeter(kube_scheduler_pid(cluster))
+        meter = ProcessMeter(component_pid(cluster, "kube-scheduler"))
         meter.reset_peak()
         results.append(
-            await run_pods(
+            await run_pods_here(
                 api,
                 "kube-scheduler",
                 KUBE_SCHEDULER,
@@ -301,7 +307,9 @@ async def side_by_side(
             )
         )
         if options.kube_defaults:
-            results.append(await run_kube_defaults(cluster, api, sizes, topologies, options, rate))
+            results.append(
+                await run_kube_defaults(cluster, api, sizes, topologies, options, rate, apiserver)
+            )
     return results
 
 
@@ -312,9 +320,10 @@ async def run_kube_defaults(
     topologies: Mapping[str, NodeTopology],
     options: Options,
     rate: float | None,
+    apiserver: ProcessMeter | None = None,
 ) -> RunResult:
     """The run of a second kube-scheduler at its own client defaults (`Options.kube_defaults`),
-    started for this run and stopped after it."""
+    started for this run and stopped after it; `apiserver` as for `run_pods`."""
     component = cluster.start_kube_scheduler(KUBE_DEFAULTS, KUBE_DEFAULTS, client_defaults=True)
     try:
         return await run_pods(
@@ -327,6 +336,7 @@ async def run_kube_defaults(
             ProcessMeter(component.process.pid),
             rate=rate,
             slug=f"kubedef-{mode_name(rate).replace('/s', 'ps')}",
+            apiserver=apiserver,
         )
     finally:
         component.stop()

@@ -144,6 +144,10 @@ class RunResult:
     (`hack.bench.pending`)."""
     shares: ShareUse | None = None
     """With `Options.shared`: what the share pods held when the run ended (not the ceiling)."""
+    apiserver_cpu_s_per_1000_pods: float | None = None
+    """The API server's CPU seconds from the first create to the last bind, per 1,000 pods
+    bound: every client's requests in that window (the benchmark's creates, the scheduler's
+    writes, kwok's status updates, the watches); None when not measured."""
 
 
 # -- the cluster and the pod set ---------------------------------------------------------------

@@ -97,7 +97,8 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
     header = (
         f"{'nodes':>6} {'mode':>6} {'run':<15} {'bound':>6} {'pending':>7} {'GPUs':>6} "
         f"{'pods/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/1k':>9} {'RSS MiB':>8} "
-        f"{'one domain':>16}" + (f" {'deleted':>7} {'peak GPUs':>9}" if churn else "")
+        f"{'one domain':>16} {'API CPU s/1k':>12}"
+        + (f" {'deleted':>7} {'peak GPUs':>9}" if churn else "")
     ) + (SHARE_HEADER if options.shared else "")
     print(header)
     for r in results:
@@ -109,7 +110,8 @@ def print_table(results: Sequence[RunResult], options: Options) -> None:
         print(
             f"{r.nodes:>6} {r.mode:>6} {r.run:<15} {r.bound:>6} {r.pending:>7} {r.gpus_bound:>6} "
             f"{_cell(r.pods_per_s):>7} {_cell(r.p50_ms, 0):>8} {_cell(r.p99_ms, 0):>8} "
-            f"{_cell(r.cpu_s_per_1000_pods, 2):>9} {_cell(r.peak_rss_mib, 0):>8} {domain:>16}"
+            f"{_cell(r.cpu_s_per_1000_pods, 2):>9} {_cell(r.peak_rss_mib, 0):>8} {domain:>16} "
+            f"{_cell(r.apiserver_cpu_s_per_1000_pods, 2):>12}"
             + (f" {r.deleted:>7} {r.peak_gpus:>9}" if churn else "")
             + (share_cells(r.shares) if options.shared else "")
         )

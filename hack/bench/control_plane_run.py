@@ -82,6 +82,11 @@ class ProcessMeter:
             clear.write("5")
 
 
+def cpu_reading(meter: ProcessMeter | None) -> float:
+    """`meter`'s CPU seconds so far; 0 without a meter."""
+    return meter.cpu_seconds() if meter is not None else 0.0
+
+
 class SeeingHandler:
     """Informer handler base: every added or updated object goes to `_see`; deletes are
     ignored (a subclass overrides `on_delete` when it counts them)."""
@@ -222,6 +227,7 @@ async def run_pods(
     plan: Mapping[int, str] | None = None,
     rate: float | None = None,
     slug: str = "",
+    apiserver: ProcessMeter | None = None,
 ) -> RunResult:
     """Create the pod set for `scheduler_name` and wait until it is bound (see the docstring of
     `hack.bench.control_plane`). With `plan`, this process binds the planned pods itself (the
@@ -229,7 +235,8 @@ async def run_pods(
     (never earlier; later only when `create_concurrency` requests are already waiting). With
     `options.lifetime`, pods are deleted that long after they were seen bound (`Reaper`) until
     the run ends; not with `plan`. `slug` (a DNS label) names the run's namespace; the default
-    is `label`."""
+    is `label`. `meter` measures the scheduler's process, `apiserver` the API server's (CPU
+    only), both from the first create to the last bind."""
     core = client.CoreV1Api(api)
     clock = time.monotonic
     namespace = await fresh_namespace(core, f"{options.namespace_prefix}-{slug or label}")
@@ -240,7 +247,8 @@ async def run_pods(
     names = [pod_name(i) for i in range(len(sizes))]
     target = len(plan) if plan is not None else len(names)
     created: dict[str, float] = {}
-    samples: list[tuple[float, float]] = []
+    samples: list[tuple[float, float, float]] = []
+    """(time, the scheduler's CPU seconds, the API server's), every `SAMPLE_INTERVAL_S`."""
     create_gate = asyncio.Semaphore(options.create_concurrency)
     bind_gate = asyncio.Semaphore(options.bind_concurrency)
     bucket = TokenBucket(options.qps, 2 * options.qps, clock)
@@ -291,8 +299,8 @@ async def run_pods(
         creation_done = clock()
 
     async def sample() -> None:
-        while meter is not None:
-            samples.append((clock(), meter.cpu_seconds()))
+        while meter is not None or apiserver is not None:
+            samples.append((clock(), cpu_reading(meter), cpu_reading(apiserver)))
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
     claims = AllocatedClaims(clock)
@@ -315,7 +323,7 @@ async def run_pods(
             await claim_informer.synced.wait()
             await create_templates(api, namespace, sizes, dra_pods.templates())
         await create_pod_groups(api, namespace, kinds)
-        cpu_start = meter.cpu_seconds() if meter is not None else 0.0
+        cpu_start, api_start = cpu_reading(meter), cpu_reading(apiserver)
         creating = asyncio.create_task(create_all())
         if reaper is not None:
             reaper.start(seen.at)
@@ -330,7 +338,7 @@ async def run_pods(
         await creating
         for task in list(binds):
             await task
-        samples.append((clock(), meter.cpu_seconds() if meter is not None else 0.0))
+        samples.append((clock(), cpu_reading(meter), cpu_reading(apiserver)))
         if reaper is not None:
             await reaper.stop()
         if claim_watch is not None and plan is None:
@@ -349,12 +357,14 @@ async def run_pods(
     last_bound = max((seen.at[n] for n in bound), default=first)
     elapsed = last_bound - first
     latencies = sorted(seen.at[n] - created[n] for n in bound)
-    cpu_s = per_1000 = peak = None
+    cpu_s = per_1000 = peak = api_per_1000 = None
+    at_last_bound = next((s for s in samples if s[0] >= last_bound), samples[-1])
     if meter is not None:
-        cpu_end = next((cpu for t, cpu in samples if t >= last_bound), samples[-1][1])
-        cpu_s = cpu_end - cpu_start
+        cpu_s = at_last_bound[1] - cpu_start
         per_1000 = cpu_s * 1000 / len(bound) if bound else None
         peak = meter.peak_rss_mib()
+    if apiserver is not None and bound:
+        api_per_1000 = (at_last_bound[2] - api_start) * 1000 / len(bound)
     eligible = inside = 0
     size_of = dict(zip(names, sizes, strict=True))
     deleted = reaper.deleted if reaper is not None else {}
@@ -393,6 +403,7 @@ async def run_pods(
         cpu_s=cpu_s,
         cpu_s_per_1000_pods=per_1000,
         peak_rss_mib=peak,
+        apiserver_cpu_s_per_1000_pods=api_per_1000,
         multi_gpu_pods=eligible,
         one_domain_pods=inside,
         one_domain_pct=100.0 * inside / eligible if eligible else None,

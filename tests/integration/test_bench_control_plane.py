@@ -47,6 +47,8 @@ async def test_side_by_side_binds_every_pod_and_reports_every_key(
         assert result.gpus_bound == sum(sizes)
         assert result.nodes == 12
         assert result.pods_per_s > 0 and 0 < result.p50_ms <= result.p99_ms
+        assert result.apiserver_cpu_s_per_1000_pods is not None, result.run
+        assert result.apiserver_cpu_s_per_1000_pods > 0, result.run
     ceiling, ours, theirs = results
     assert ceiling.cpu_s is None and ceiling.one_domain_pct is None
     for result in (ours, theirs):
